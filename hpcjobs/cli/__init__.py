@@ -1,0 +1,127 @@
+"""The ``hpcjobs`` command line. Only this package prints or exits.
+
+Subcommands load lazily (their modules import only when run), so ``hpcjobs --help`` stays fast
+and never imports submitit, paramiko or torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from typing import Any
+
+import click
+
+from hpcjobs import __version__
+from hpcjobs.errors import EXIT_BAD_INPUT, HpcJobsError
+
+#: name -> (module:attribute, one-line help). The help is here so listing costs no import.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "sandbox": ("hpcjobs.cli.sandbox:sandbox", "Run a real local Slurm cluster for trying jobs."),
+}
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported only when invoked (or asked for help)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS:
+            target, _ = COMMANDS[cmd_name]
+            module_name, attr = target.split(":")
+            command = getattr(importlib.import_module(module_name), attr)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HpcJobsError as exc:
+            if _debug_enabled(ctx):
+                raise
+            report_error(exc)
+            ctx.exit(exc.exit_code)
+
+
+def report_error(exc: HpcJobsError) -> None:
+    """Print an expected error as one message plus an optional hint, on stderr."""
+    click.secho(f"Error: {exc.message}", err=True, fg="red")
+    if exc.hint:
+        click.echo(f"Hint: {exc.hint}", err=True)
+
+
+def _debug_enabled(ctx: click.Context) -> bool:
+    root = ctx.find_root()
+    return bool(root.params.get("debug")) or bool(root.meta.get("hpcjobs.debug"))
+
+
+def _configure_logging(verbose: int, quiet: int) -> None:
+    level = logging.WARNING - 10 * verbose + 10 * quiet
+    logging.basicConfig(
+        level=max(logging.DEBUG, min(level, logging.CRITICAL)),
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings=CONTEXT_SETTINGS,
+    epilog="Exit codes: 0 ok, 1 job failed, 2 bad input, 3 Slurm error, 4 SSH error. "
+    "Run 'hpcjobs COMMAND --help' for details on a command.",
+)
+@click.version_option(__version__, "-V", "--version", prog_name="hpcjobs")
+@click.option(
+    "--site",
+    envvar="HPCJOBS_SITE",
+    metavar="NAME|PATH",
+    help="Site config to use: a name (see 'hpcjobs site list') or a YAML file. "
+    "Default: chosen by hostname.  [env: HPCJOBS_SITE]",
+)
+@click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")
+@click.option("-v", "--verbose", count=True, help="More log output (repeatable).")
+@click.option("-q", "--quiet", count=True, help="Less log output (repeatable).")
+@click.pass_context
+def cli(ctx: click.Context, site: str | None, debug: bool, verbose: int, quiet: int) -> None:
+    """hpcjobs: launch multi-node training on Slurm, fast and safely.
+
+    It renders tuned batch scripts from your site's config, submits and follows jobs, and
+    requeues them from their last checkpoint after preemption, timeouts or node failures.
+    """
+    ctx.meta["hpcjobs.debug"] = debug
+    _configure_logging(verbose, quiet)
+    ctx.obj = {"site": None, "site_arg": site}
+    if site:
+        from hpcjobs.config.locate import locate_site
+
+        try:
+            ctx.obj["site"] = locate_site(site)
+        except HpcJobsError as exc:
+            if debug:
+                raise
+            report_error(exc)
+            ctx.exit(exc.exit_code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``hpcjobs`` console script."""
+    try:
+        cli.main(args=argv, prog_name="hpcjobs", standalone_mode=True)
+    except KeyboardInterrupt:  # pragma: no cover - interactive only
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+
+
+__all__ = ["EXIT_BAD_INPUT", "cli", "main"]

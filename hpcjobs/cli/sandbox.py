@@ -1,0 +1,170 @@
+"""``hpcjobs sandbox``: a real Slurm cluster on this host, for trying jobs and for tests."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from hpcjobs.sandbox.cluster import Sandbox, Status
+from hpcjobs.sandbox.layout import DEFAULT_PORT_BASE, Settings
+
+state_dir_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="HPCJOBS_SANDBOX_DIR",
+    help="Where the sandbox keeps its config, logs, database and state. "
+    "Default: ~/.local/state/hpcjobs/sandbox.  [env: HPCJOBS_SANDBOX_DIR]",
+)
+
+
+def _progress(message: str) -> None:
+    click.echo(f"  {message}", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def sandbox() -> None:
+    """Run a real local Slurm cluster for trying jobs.
+
+    The sandbox is a whole Slurm on this host: munge, MariaDB with slurmdbd (so sacct works),
+    one slurmctld and three slurmd nodes n1-n3, each with 4 fake GPUs (gres gpu:h100:4).
+    Partition 'batch' (default) is preemptible; jobs in 'urgent' preempt it, and preempted
+    jobs are requeued.
+
+    \b
+    Typical use:
+      sudo hpcjobs sandbox up
+      eval "$(hpcjobs sandbox env)"
+      sinfo
+      hpcjobs sandbox down
+
+    It uses its own ports (16810 and up by default) and its own state directory, and never
+    touches another Slurm on the machine.
+    """
+
+
+@sandbox.command()
+@state_dir_option
+@click.option(
+    "--port-base",
+    type=int,
+    default=None,
+    help=f"First of the sandbox's ports (default {DEFAULT_PORT_BASE}): slurmctld, slurmdbd and "
+    "MariaDB use base..base+2, slurmd nX uses base+10+X.",
+)
+@click.option("--nodes", type=click.IntRange(1, 9), default=None, help="Number of nodes (3).")
+@click.option(
+    "--grace-time",
+    type=click.IntRange(0, 3600),
+    default=None,
+    help="Seconds a preempted 'batch' job gets to checkpoint before it is killed (30).",
+)
+def up(
+    state_dir: Path | None, port_base: int | None, nodes: int | None, grace_time: int | None
+) -> None:
+    """Start the sandbox (idempotent) and wait until all nodes are idle.
+
+    Installs the Debian packages it needs when run as root and they are missing.
+    """
+    box = Sandbox(state_dir)
+    base = box.saved_settings() or Settings()
+    changes = {
+        key: value
+        for key, value in {
+            "port_base": port_base,
+            "nodes": nodes,
+            "grace_time": grace_time,
+        }.items()
+        if value is not None
+    }
+    settings = Settings(**{**vars(base), **changes})
+    started = time.monotonic()
+    click.echo(f"Starting the sandbox in {box.state_dir}", err=True)
+    box.up(settings, progress=_progress)
+    click.echo(
+        f"Sandbox up in {time.monotonic() - started:.1f} s: nodes "
+        f"{', '.join(settings.node_names)} with gpu:h100:{settings.gpus_per_node}.",
+        err=True,
+    )
+    click.echo(f'Use it with:  eval "$(hpcjobs sandbox env --state-dir {box.state_dir})"', err=True)
+
+
+@sandbox.command()
+@state_dir_option
+@click.option("--purge", is_flag=True, help="Also delete the state directory (database, logs).")
+def down(state_dir: Path | None, purge: bool) -> None:
+    """Stop every process the sandbox started, job steps included (idempotent)."""
+    box = Sandbox(state_dir)
+    stopped = box.down(purge=purge, progress=_progress)
+    if stopped:
+        click.echo(f"Sandbox stopped ({len(stopped)} process(es)).", err=True)
+    else:
+        click.echo("Sandbox was not running.", err=True)
+
+
+@sandbox.command()
+@state_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def status(state_dir: Path | None, as_json: bool) -> None:
+    """Show daemons, nodes, partitions and whether accounting (sacct) works.
+
+    Exits 0 when the sandbox is running, 3 when it is not.
+    """
+    box = Sandbox(state_dir)
+    info = box.status()
+    if as_json:
+        click.echo(json.dumps(asdict(info), indent=2))
+    else:
+        _print_status(info)
+    if not info.running:
+        raise click.exceptions.Exit(3)
+
+
+def _print_status(info: Status) -> None:
+    click.echo(f"State dir:  {info.state_dir}")
+    if not info.running:
+        click.echo("Status:     not running  (start it with 'hpcjobs sandbox up')")
+        return
+    click.echo(f"SLURM_CONF: {info.slurm_conf}")
+    if info.slurm_version:
+        click.echo(f"Slurm:      {info.slurm_version}")
+    daemons = ", ".join(f"{name} {'up' if pid else 'DOWN'}" for name, pid in info.daemons.items())
+    click.echo(f"Daemons:    {daemons}")
+    acct = "yes" if info.accounting else f"NO ({info.accounting_detail})"
+    click.echo(f"Accounting: {acct}")
+    if info.nodes:
+        click.echo("Nodes:")
+        for node in info.nodes:
+            reason = f"  ({node.reason})" if node.reason else ""
+            click.echo(f"  {node.name:<4} {node.state:<8} cpus={node.cpus:<3} {node.gres}{reason}")
+    if info.partitions:
+        click.echo("Partitions:")
+        for part in info.partitions:
+            default = " (default)" if part["default"] == "YES" else ""
+            click.echo(
+                f"  {part['name']:<8} nodes={part['nodes']} priority_tier={part['priority_tier']} "
+                f"preempt_mode={part['preempt_mode']} grace_time={part['grace_time']}s{default}"
+            )
+
+
+@sandbox.command()
+@state_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the variables as JSON.")
+def env(state_dir: Path | None, as_json: bool) -> None:
+    """Print shell exports that point Slurm's commands at the sandbox.
+
+    \b
+    eval "$(hpcjobs sandbox env)"
+    sinfo
+    """
+    box = Sandbox(state_dir)
+    variables = box.layout.client_env()
+    if as_json:
+        click.echo(json.dumps(variables))
+        return
+    for key, value in variables.items():
+        click.echo(f"export {key}={shlex.quote(value)}")

@@ -1,0 +1,568 @@
+"""A real Slurm cluster on this host: munge, MariaDB + slurmdbd, slurmctld and N slurmd.
+
+Everything lives under one state directory and listens on its own ports, so the sandbox never
+collides with (or touches) another Slurm. ``up`` is idempotent; ``down`` stops exactly the
+processes this sandbox started, job steps included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import secrets
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcjobs.errors import CommandError, SandboxError
+from hpcjobs.runner import LocalRunner, Result
+from hpcjobs.sandbox import confgen, packages, procs
+from hpcjobs.sandbox.layout import CLUSTER_NAME, Layout, Settings, default_state_dir
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+ACCOUNT = "sandbox"
+DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld")
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    state: str
+    gres: str
+    cpus: int
+    reason: str = ""
+
+
+@dataclass
+class Status:
+    """What ``sandbox status`` reports."""
+
+    state_dir: str
+    slurm_conf: str
+    running: bool
+    daemons: dict[str, int | None] = field(default_factory=dict)
+    nodes: list[NodeInfo] = field(default_factory=list)
+    partitions: list[dict[str, str]] = field(default_factory=list)
+    accounting: bool = False
+    accounting_detail: str = ""
+    slurm_version: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+class Sandbox:
+    """One local cluster, identified by its state directory."""
+
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.layout = Layout((state_dir or default_state_dir()).expanduser().resolve())
+        self.runner = LocalRunner(env=self.layout.client_env())
+
+    @property
+    def state_dir(self) -> Path:
+        return self.layout.root
+
+    # ---- settings -------------------------------------------------------------------------
+
+    def saved_settings(self) -> Settings | None:
+        try:
+            return Settings.from_json(self.layout.settings_file.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError) as exc:
+            raise SandboxError(
+                f"sandbox settings file {self.layout.settings_file} is damaged: {exc}",
+                hint="run 'hpcjobs sandbox down --purge' and start again",
+            ) from exc
+
+    # ---- processes ------------------------------------------------------------------------
+
+    def daemon_pids(self) -> dict[str, int | None]:
+        settings = self.saved_settings() or Settings()
+        pids: dict[str, int | None] = {
+            name: procs.running_pid(self.layout.pid_file(name), self.state_dir) for name in DAEMONS
+        }
+        for node in settings.node_names:
+            pids[f"slurmd-{node}"] = procs.running_pid(
+                self.layout.pid_file(f"slurmd-{node}"), self.state_dir
+            )
+        return pids
+
+    def is_running(self) -> bool:
+        return any(pid is not None for pid in self.daemon_pids().values())
+
+    # ---- up -------------------------------------------------------------------------------
+
+    def up(self, settings: Settings | None = None, progress: Progress = _quiet) -> Settings:
+        """Start whatever part of the sandbox is not running yet, and wait until it is usable."""
+        if os.geteuid() != 0:
+            raise SandboxError(
+                "the sandbox must be started as root: slurmd and slurmctld switch users",
+                hint="run it with sudo, or on a machine where you are root",
+            )
+        saved = self.saved_settings()
+        wanted = settings or saved or Settings()
+        if saved is not None and saved != wanted and self.is_running():
+            raise SandboxError(
+                f"the sandbox in {self.state_dir} is running with other settings",
+                hint="run 'hpcjobs sandbox down' first, then 'up' with the new settings",
+            )
+        packages.ensure_installed(progress=progress)
+        self._prepare_files(wanted)
+        self._start_munge(progress)
+        self._start_mariadb(wanted, progress)
+        self._start_slurmdbd(wanted, progress)
+        self._register_accounting(progress)
+        self._start_slurmctld(wanted, progress)
+        self._start_slurmds(wanted, progress)
+        self._wait_nodes_ready(wanted, progress)
+        progress("sandbox is up")
+        return wanted
+
+    def _prepare_files(self, settings: Settings) -> None:
+        lay = self.layout
+        for folder in (lay.root, lay.etc, lay.logs, lay.munge_dir, lay.ctld_state, lay.spool):
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(folder, 0o700)
+        # munged needs its socket folder reachable by everyone who submits jobs.
+        lay.run.mkdir(parents=True, exist_ok=True)
+        os.chmod(lay.run, 0o755)
+        os.chmod(lay.run.parent, 0o755)
+        os.chmod(lay.root, 0o755)
+        os.chmod(lay.etc, 0o755)
+        for node in settings.node_names:
+            (lay.spool / node).mkdir(exist_ok=True, mode=0o700)
+        if not lay.munge_key.exists():
+            _write_private(lay.munge_key, secrets.token_bytes(1024))
+        _write_public(lay.slurm_conf, confgen.slurm_conf(settings, lay, _short_hostname()))
+        _write_public(lay.gres_conf, confgen.gres_conf(settings))
+        password = self._db_password()
+        _write_private(lay.slurmdbd_conf, confgen.slurmdbd_conf(settings, lay, password).encode())
+        _write_public(lay.settings_file, settings.to_json() + "\n")
+
+    def _db_password(self) -> str:
+        try:
+            for line in self.layout.slurmdbd_conf.read_text().splitlines():
+                if line.startswith("StoragePass="):
+                    return line.split("=", 1)[1]
+        except FileNotFoundError:
+            pass
+        return secrets.token_urlsafe(24)
+
+    def _env(self) -> dict[str, str]:
+        return procs.marker_env(self.state_dir, self.layout.client_env())
+
+    def _start_munge(self, progress: Progress) -> None:
+        lay = self.layout
+        if procs.running_pid(lay.pid_file("munged"), self.state_dir):
+            return
+        progress("starting munged")
+        with contextlib.suppress(FileNotFoundError):
+            lay.munge_socket.unlink()
+        procs.start_daemon(
+            [
+                _program("munged"),
+                f"--socket={lay.munge_socket}",
+                f"--key-file={lay.munge_key}",
+                f"--log-file={lay.log_file('munged')}",
+                f"--pid-file={lay.pid_file('munged')}",
+                f"--seed-file={lay.munge_dir / 'munged.seed'}",
+            ],
+            self._env(),
+            lay.log_file("munged-start"),
+        )
+        _wait(
+            "munged",
+            lambda: self._ok(["munge", "-n", "-S", str(lay.munge_socket)]),
+            30,
+            lay.log_file("munged"),
+        )
+
+    def _start_mariadb(self, settings: Settings, progress: Progress) -> None:
+        lay = self.layout
+        if not procs.running_pid(lay.pid_file("mariadbd"), self.state_dir):
+            _ensure_port_free("MariaDB", settings.mysql_port)
+            if not (lay.mysql_dir / "mysql").is_dir():
+                progress("initialising the accounting database")
+                lay.mysql_dir.mkdir(mode=0o700, exist_ok=True)
+                result = self.runner.run(
+                    [
+                        _program("mariadb-install-db"),
+                        "--no-defaults",
+                        f"--datadir={lay.mysql_dir}",
+                        "--user=root",
+                        "--auth-root-authentication-method=socket",
+                        "--skip-test-db",
+                    ],
+                    timeout=300,
+                    check=False,
+                )
+                if not result.ok:
+                    lay.log_file("mariadb-install").write_text(result.stdout + result.stderr)
+                    raise SandboxError(
+                        "initialising MariaDB failed",
+                        hint=f"see {lay.log_file('mariadb-install')}",
+                    )
+            progress("starting MariaDB")
+            procs.start_foreground(
+                [
+                    _program("mariadbd"),
+                    "--no-defaults",
+                    f"--datadir={lay.mysql_dir}",
+                    "--user=root",
+                    "--bind-address=127.0.0.1",
+                    f"--port={settings.mysql_port}",
+                    f"--socket={lay.mysql_socket}",
+                    f"--pid-file={lay.pid_file('mariadbd')}",
+                    f"--log-error={lay.log_file('mariadbd')}",
+                    "--skip-log-bin",
+                    "--innodb-buffer-pool-size=64M",
+                    "--innodb-lock-wait-timeout=900",
+                ],
+                self._env(),
+                lay.log_file("mariadbd-start"),
+            )
+        _wait(
+            "MariaDB",
+            lambda: self._ok(self._mysql(["-e", "SELECT 1"])),
+            60,
+            lay.log_file("mariadbd"),
+        )
+        password = self._db_password()
+        statements = []
+        for host in ("127.0.0.1", "localhost"):
+            statements += [
+                f"CREATE USER IF NOT EXISTS 'slurm'@'{host}' IDENTIFIED BY '{password}'",
+                f"ALTER USER 'slurm'@'{host}' IDENTIFIED BY '{password}'",
+                f"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'{host}'",
+            ]
+        # The password goes on stdin, never on a command line that `ps` would show.
+        self.runner.run(self._mysql([]), stdin=";\n".join(statements) + ";\n", timeout=60)
+
+    def _mysql(self, args: list[str]) -> list[str]:
+        return [
+            _program("mariadb"),
+            "--no-defaults",
+            f"--socket={self.layout.mysql_socket}",
+            "-u",
+            "root",
+            *args,
+        ]
+
+    def _start_slurmdbd(self, settings: Settings, progress: Progress) -> None:
+        lay = self.layout
+        if procs.running_pid(lay.pid_file("slurmdbd"), self.state_dir):
+            return
+        _ensure_port_free("slurmdbd", settings.dbd_port)
+        progress("starting slurmdbd")
+        procs.start_daemon([_program("slurmdbd")], self._env(), lay.log_file("slurmdbd-start"))
+        _wait("slurmdbd", lambda: _port_open(settings.dbd_port), 60, lay.log_file("slurmdbd"))
+
+    def _register_accounting(self, progress: Progress) -> None:
+        show = self.runner.run(
+            ["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"], timeout=30
+        )
+        if CLUSTER_NAME not in show.stdout.split():
+            progress("registering the cluster in accounting")
+            self.runner.run(["sacctmgr", "-i", "add", "cluster", CLUSTER_NAME], timeout=30)
+        accounts = self.runner.run(
+            ["sacctmgr", "-n", "-P", "show", "account", "format=account"], timeout=30
+        )
+        if ACCOUNT not in accounts.stdout.split():
+            self.runner.run(
+                ["sacctmgr", "-i", "add", "account", ACCOUNT, f"cluster={CLUSTER_NAME}"],
+                timeout=30,
+            )
+        users = self.runner.run(["sacctmgr", "-n", "-P", "show", "user", "format=user"], timeout=30)
+        user = _current_user()
+        if user not in users.stdout.split():
+            self.runner.run(
+                [
+                    "sacctmgr",
+                    "-i",
+                    "add",
+                    "user",
+                    user,
+                    f"account={ACCOUNT}",
+                    f"cluster={CLUSTER_NAME}",
+                ],
+                timeout=30,
+            )
+
+    def _start_slurmctld(self, settings: Settings, progress: Progress) -> None:
+        lay = self.layout
+        if not procs.running_pid(lay.pid_file("slurmctld"), self.state_dir):
+            _ensure_port_free("slurmctld", settings.ctld_port)
+            progress("starting slurmctld")
+            procs.start_daemon(
+                [_program("slurmctld"), "-f", str(lay.slurm_conf)],
+                self._env(),
+                lay.log_file("slurmctld-start"),
+            )
+        _wait(
+            "slurmctld",
+            lambda: "is UP" in self._out(["scontrol", "ping"]),
+            60,
+            lay.log_file("slurmctld"),
+        )
+
+    def _start_slurmds(self, settings: Settings, progress: Progress) -> None:
+        lay = self.layout
+        for i, node in enumerate(settings.node_names, start=1):
+            if procs.running_pid(lay.pid_file(f"slurmd-{node}"), self.state_dir):
+                continue
+            _ensure_port_free(f"slurmd {node}", settings.node_port(i))
+            progress(f"starting slurmd {node}")
+            # An absolute -f matters: jobs inherit SLURM_CONF from slurmd.
+            procs.start_daemon(
+                [_program("slurmd"), "-f", str(lay.slurm_conf), "-N", node],
+                self._env(),
+                lay.log_file(f"slurmd-{node}-start"),
+            )
+
+    def _wait_nodes_ready(self, settings: Settings, progress: Progress) -> None:
+        progress(f"waiting for nodes {', '.join(settings.node_names)}")
+        deadline = time.monotonic() + 90
+        while True:
+            nodes = self.nodes()
+            bad = [n for n in nodes if _base_state(n.state) in ("down", "drain", "drng", "fail")]
+            # Nodes a test (or a user) set down are ours to bring back.
+            for node in bad:
+                self.runner.run(
+                    ["scontrol", "update", f"nodename={node.name}", "state=resume"],
+                    check=False,
+                    timeout=30,
+                )
+            ready = [n for n in nodes if _base_state(n.state) in ("idle", "mix", "alloc", "comp")]
+            if len(ready) == settings.nodes and not any(n.state.endswith("*") for n in ready):
+                return
+            if time.monotonic() > deadline:
+                states = ", ".join(f"{n.name}={n.state}" for n in nodes) or "none registered"
+                raise SandboxError(
+                    f"sandbox nodes did not become ready within 90 s ({states})",
+                    hint=f"see the slurmd logs in {self.layout.logs}",
+                )
+            time.sleep(0.5)
+
+    # ---- queries --------------------------------------------------------------------------
+
+    def nodes(self) -> list[NodeInfo]:
+        result = self.runner.run(
+            ["sinfo", "-h", "-N", "-o", "%N|%t|%G|%c|%E"], check=False, timeout=30
+        )
+        if not result.ok:
+            return []
+        seen: dict[str, NodeInfo] = {}
+        for line in result.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) < 5:
+                continue
+            name, state, gres, cpus, reason = parts[:5]
+            seen.setdefault(
+                name,
+                NodeInfo(
+                    name,
+                    state,
+                    gres,
+                    int(cpus) if cpus.isdigit() else 0,
+                    "" if reason == "none" else reason,
+                ),
+            )
+        return list(seen.values())
+
+    def status(self) -> Status:
+        saved = self.saved_settings()
+        pids = self.daemon_pids()
+        status = Status(
+            state_dir=str(self.state_dir),
+            slurm_conf=str(self.layout.slurm_conf),
+            running=any(p is not None for p in pids.values()),
+            daemons=pids,
+            settings=dict(vars(saved)) if saved else {},
+        )
+        if pids.get("slurmctld") is None:
+            return status
+        status.nodes = self.nodes()
+        status.partitions = self._partitions()
+        version = self.runner.run(["sinfo", "--version"], check=False, timeout=10)
+        status.slurm_version = version.stdout.strip().removeprefix("slurm ").strip()
+        acct = self.runner.run(
+            ["sacct", "-X", "-n", "-P", "-S", "now-1minute", "-o", "JobID"],
+            check=False,
+            timeout=30,
+        )
+        status.accounting = acct.ok
+        status.accounting_detail = "sacct works" if acct.ok else _last_line(acct.stderr)
+        return status
+
+    def _partitions(self) -> list[dict[str, str]]:
+        result = self.runner.run(["scontrol", "show", "partition", "-o"], check=False, timeout=30)
+        parts = []
+        for line in result.stdout.splitlines():
+            fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+            if "PartitionName" in fields:
+                parts.append(
+                    {
+                        "name": fields["PartitionName"],
+                        "default": fields.get("Default", "NO"),
+                        "nodes": fields.get("Nodes", ""),
+                        "priority_tier": fields.get("PriorityTier", ""),
+                        "preempt_mode": fields.get("PreemptMode", ""),
+                        "grace_time": fields.get("GraceTime", ""),
+                        "state": fields.get("State", ""),
+                    }
+                )
+        return parts
+
+    def _ok(self, argv: list[str]) -> bool:
+        try:
+            return self.runner.run(argv, check=False, timeout=15).ok
+        except CommandError:
+            return False
+
+    def _out(self, argv: list[str]) -> str:
+        try:
+            result: Result = self.runner.run(argv, check=False, timeout=15)
+        except CommandError:
+            return ""
+        return result.stdout
+
+    # ---- down -----------------------------------------------------------------------------
+
+    def down(self, *, purge: bool = False, progress: Progress = _quiet) -> list[int]:
+        """Stop every process of this sandbox. Returns the pids that were running."""
+        pids = self.daemon_pids()
+        stopped: list[int] = []
+        if pids.get("slurmctld") is not None:
+            self._cancel_all_jobs(progress)
+        order = [k for k in pids if k.startswith("slurmd-")] + [
+            "slurmctld",
+            "slurmdbd",
+            "mariadbd",
+            "munged",
+        ]
+        for name in order:
+            pid = pids.get(name)
+            if pid is None:
+                continue
+            progress(f"stopping {name}")
+            procs.stop(pid)
+            stopped.append(pid)
+        leftovers = procs.sandbox_processes(self.state_dir)
+        if leftovers:
+            progress(f"killing {len(leftovers)} leftover job process(es)")
+            procs.kill_all(leftovers)
+            stopped += leftovers
+        for name in order:
+            with contextlib.suppress(FileNotFoundError):
+                self.layout.pid_file(name).unlink()
+        if purge and self.state_dir.exists():
+            progress(f"removing {self.state_dir}")
+            shutil.rmtree(self.state_dir)
+        return stopped
+
+    def _cancel_all_jobs(self, progress: Progress) -> None:
+        queue = self.runner.run(["squeue", "-h", "-o", "%A"], check=False, timeout=30)
+        jobs = sorted(set(queue.stdout.split()))
+        if not jobs:
+            return
+        progress(f"cancelling {len(jobs)} job(s)")
+        self.runner.run(["scancel", *jobs], check=False, timeout=30)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            left = self.runner.run(["squeue", "-h", "-o", "%A"], check=False, timeout=30)
+            if not left.stdout.strip():
+                return
+            time.sleep(0.2)
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+
+def _program(name: str) -> str:
+    path = packages.which(name)
+    if path is None:
+        raise SandboxError(f"{name!r} is not installed", hint="run 'hpcjobs sandbox up' as root")
+    return path
+
+
+def _short_hostname() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+def _current_user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def _base_state(state: str) -> str:
+    return state.rstrip("*~#!%$@^-+").lower()
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _ensure_port_free(component: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Like the daemons themselves: connections in TIME_WAIT do not make a port busy.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise SandboxError(
+                    f"port {port} for {component} is already in use by another program",
+                    hint="stop that program, or pick other ports with "
+                    "'hpcjobs sandbox up --port-base N'",
+                ) from exc
+            raise
+
+
+def _wait(what: str, ready: Callable[[], bool], timeout: float, log_file: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise SandboxError(
+                f"{what} did not become ready within {timeout:g} s", hint=f"see {log_file}"
+            )
+        time.sleep(0.2)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write a file that only its owner may read, created with that mode (no chmod race)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)
+
+
+def _write_public(path: Path, text: str) -> None:
+    if path.exists() and path.read_text() == text:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)

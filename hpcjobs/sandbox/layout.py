@@ -1,0 +1,171 @@
+"""The sandbox's settings, ports and the files under its state directory."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hpcjobs.errors import BadInputError
+
+#: Far from Slurm's defaults (6817-6819) and from MariaDB's 3306.
+DEFAULT_PORT_BASE = 16810
+CLUSTER_NAME = "sandbox"
+GPU_TYPE = "h100"
+
+
+def default_state_dir() -> Path:
+    """``$HPCJOBS_SANDBOX_DIR``, else ``$XDG_STATE_HOME/hpcjobs/sandbox``."""
+    explicit = os.environ.get("HPCJOBS_SANDBOX_DIR")
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return (Path(base) / "hpcjobs" / "sandbox").resolve()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the user can choose about a sandbox. Saved in ``sandbox.json``."""
+
+    port_base: int = DEFAULT_PORT_BASE
+    nodes: int = 3
+    gpus_per_node: int = 4
+    cpus_per_node: int = 8
+    grace_time: int = 30
+    slurmd_timeout: int = 10
+    kill_wait: int = 10
+
+    def __post_init__(self) -> None:
+        if not 1024 <= self.port_base <= 65000:
+            raise BadInputError(f"port base must be between 1024 and 65000, not {self.port_base}")
+        if not 1 <= self.nodes <= 9:
+            raise BadInputError(f"a sandbox has 1 to 9 nodes, not {self.nodes}")
+        if not 1 <= self.gpus_per_node <= 8:
+            raise BadInputError(f"a sandbox node has 1 to 8 GPUs, not {self.gpus_per_node}")
+        if self.cpus_per_node < self.gpus_per_node or self.cpus_per_node % 2:
+            raise BadInputError(
+                "cpus per node must be even and at least one per GPU "
+                f"(got {self.cpus_per_node} for {self.gpus_per_node} GPUs)"
+            )
+        if self.grace_time < 0:
+            raise BadInputError(f"grace time must be >= 0 s, not {self.grace_time}")
+
+    @property
+    def ctld_port(self) -> int:
+        return self.port_base
+
+    @property
+    def dbd_port(self) -> int:
+        return self.port_base + 1
+
+    @property
+    def mysql_port(self) -> int:
+        return self.port_base + 2
+
+    @property
+    def slurmd_default_port(self) -> int:
+        return self.port_base + 3
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"n{i}" for i in range(1, self.nodes + 1)]
+
+    def node_port(self, index: int) -> int:
+        """The slurmd port of node ``n<index>`` (1-based)."""
+        return self.port_base + 10 + index
+
+    def all_ports(self) -> dict[str, int]:
+        ports = {
+            "slurmctld": self.ctld_port,
+            "slurmdbd": self.dbd_port,
+            "mariadb": self.mysql_port,
+        }
+        for i, name in enumerate(self.node_names, start=1):
+            ports[f"slurmd {name}"] = self.node_port(i)
+        return ports
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Settings:
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths under one sandbox state directory."""
+
+    root: Path
+
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def slurmdbd_conf(self) -> Path:
+        return self.etc / "slurmdbd.conf"
+
+    @property
+    def gres_conf(self) -> Path:
+        return self.etc / "gres.conf"
+
+    @property
+    def settings_file(self) -> Path:
+        return self.root / "sandbox.json"
+
+    @property
+    def run(self) -> Path:
+        """Sockets and pid files. munged insists that every folder above its socket is
+        world-searchable, which a home directory often is not, so they live under /run."""
+        digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:10]
+        base = Path("/run") if os.access("/run", os.W_OK) else Path("/tmp")
+        return base / "hpcjobs" / f"sandbox-{digest}"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "log"
+
+    @property
+    def munge_dir(self) -> Path:
+        return self.root / "munge"
+
+    @property
+    def munge_key(self) -> Path:
+        return self.munge_dir / "munge.key"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.run / "munge.socket"
+
+    @property
+    def mysql_dir(self) -> Path:
+        return self.root / "mysql"
+
+    @property
+    def mysql_socket(self) -> Path:
+        return self.run / "mysqld.sock"
+
+    @property
+    def ctld_state(self) -> Path:
+        return self.root / "ctld"
+
+    @property
+    def spool(self) -> Path:
+        return self.root / "spool"
+
+    def pid_file(self, daemon: str) -> Path:
+        return self.run / f"{daemon}.pid"
+
+    def log_file(self, daemon: str) -> Path:
+        return self.logs / f"{daemon}.log"
+
+    def client_env(self) -> dict[str, str]:
+        """What a client needs in its environment to talk to this sandbox."""
+        return {"SLURM_CONF": str(self.slurm_conf)}

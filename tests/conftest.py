@@ -1,0 +1,92 @@
+"""Shared fixtures: environment hygiene and the live sandbox cluster.
+
+Live tests (marker ``slurm``) run against a real Slurm started by ``hpcjobs sandbox up``.
+Without Slurm installed they skip, except when ``CI=true``: then a missing cluster fails.
+
+The test sandbox has its own state dir and ports, so it never disturbs a sandbox you started
+by hand. Override with HPCJOBS_TEST_SANDBOX_DIR / HPCJOBS_TEST_PORT_BASE (read once, at import,
+before the environment is scrubbed). A sandbox that was already running is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+TEST_SANDBOX_DIR = Path(
+    os.environ.get("HPCJOBS_TEST_SANDBOX_DIR", "/tmp/hpcjobs-test-sandbox")
+).resolve()
+TEST_PORT_BASE = int(os.environ.get("HPCJOBS_TEST_PORT_BASE", "17810"))
+
+SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "HPCJOBS_")
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never see the Slurm or hpcjobs settings of the shell that runs them."""
+    for key in list(os.environ):
+        if key.startswith(SCRUB_PREFIXES):
+            monkeypatch.delenv(key, raising=False)
+
+
+def _slurm_available() -> str | None:
+    """None if a sandbox can run here, else the reason it cannot."""
+    from hpcjobs.sandbox.packages import missing_packages
+
+    missing = missing_packages()
+    if missing and os.geteuid() != 0:
+        return f"Slurm packages missing ({', '.join(missing)}) and not root"
+    if os.geteuid() != 0:
+        return "the sandbox needs root"
+    return None
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Iterator[object]:
+    """A running sandbox cluster (hpcjobs.sandbox.cluster.Sandbox)."""
+    from hpcjobs.sandbox.cluster import Sandbox
+    from hpcjobs.sandbox.layout import Settings
+
+    reason = _slurm_available()
+    if reason:
+        if IN_CI:
+            pytest.fail(f"CI=true but the live Slurm tests cannot run: {reason}")
+        pytest.skip(reason)
+    box = Sandbox(TEST_SANDBOX_DIR)
+    was_running = box.is_running()
+    box.up(Settings(port_base=TEST_PORT_BASE, grace_time=15))
+    yield box
+    if not was_running:
+        box.down()
+
+
+@pytest.fixture
+def slurm_env(sandbox: object) -> dict[str, str]:
+    """Environment variables that point Slurm's commands at the test sandbox."""
+    from hpcjobs.sandbox.cluster import Sandbox
+
+    assert isinstance(sandbox, Sandbox)
+    return sandbox.layout.client_env()
+
+
+@pytest.fixture
+def shared_tmp(sandbox: object) -> Iterator[Path]:
+    """A temp folder that job processes (running as the submitting user) can write to."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="hpcjobs-test-", dir="/tmp"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Anything under tests/live is a live Slurm test."""
+    for item in items:
+        if "tests/live/" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.slurm)
