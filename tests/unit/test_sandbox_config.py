@@ -1,0 +1,73 @@
+"""The sandbox's generated Slurm files and settings (pure logic, no cluster)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpcjobs.errors import BadInputError
+from hpcjobs.sandbox import confgen
+from hpcjobs.sandbox.layout import Layout, Settings, default_state_dir
+
+
+def test_default_ports_avoid_slurm_defaults() -> None:
+    ports = Settings().all_ports().values()
+    assert not set(ports) & {6817, 6818, 6819, 3306}
+    assert len(set(ports)) == len(list(ports))
+
+
+def test_slurm_conf_has_preemption_and_gpus(tmp_path: Path) -> None:
+    text = confgen.slurm_conf(Settings(grace_time=20), Layout(tmp_path), "myhost")
+    assert "SlurmctldHost=myhost(127.0.0.1)" in text
+    assert "SlurmctldParameters=preempt_send_user_signal" in text
+    assert "PreemptType=preempt/partition_prio" in text
+    assert "JobRequeue=1" in text
+    assert "SlurmdParameters=config_overrides" in text
+    assert "PartitionName=batch Nodes=n[1-3] Default=YES" in text
+    assert "PriorityTier=1 PreemptMode=REQUEUE GraceTime=20" in text
+    assert "PartitionName=urgent" in text and "PriorityTier=10" in text
+    for i in (1, 2, 3):
+        assert f"NodeName=n{i} NodeAddr=127.0.0.1 Port={16810 + 10 + i}" in text
+    assert text.count("Gres=gpu:h100:4") == 3
+    assert "6817" not in text
+
+
+def test_gres_conf_fake_gpus() -> None:
+    assert "File=/dev/tty[0-3]" in confgen.gres_conf(Settings())
+    assert "File=/dev/tty0\n" in confgen.gres_conf(Settings(gpus_per_node=1, cpus_per_node=2))
+
+
+def test_slurmdbd_conf_uses_own_ports(tmp_path: Path) -> None:
+    text = confgen.slurmdbd_conf(Settings(port_base=20000), Layout(tmp_path), "pw")
+    assert "DbdPort=20001" in text
+    assert "StoragePort=20002" in text
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"port_base": 80}, {"nodes": 0}, {"nodes": 12}, {"gpus_per_node": 0},
+     {"cpus_per_node": 3}, {"grace_time": -1}],
+)
+def test_bad_settings(kwargs: dict[str, int]) -> None:
+    with pytest.raises(BadInputError):
+        Settings(**kwargs)
+
+
+def test_settings_round_trip() -> None:
+    s = Settings(port_base=20000, nodes=2)
+    assert Settings.from_json(s.to_json()) == s
+
+
+def test_state_dir_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HPCJOBS_SANDBOX_DIR", str(tmp_path / "box"))
+    assert default_state_dir() == (tmp_path / "box").resolve()
+    monkeypatch.delenv("HPCJOBS_SANDBOX_DIR")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert default_state_dir() == (tmp_path / "state" / "hpcjobs" / "sandbox").resolve()
+
+
+def test_runtime_dir_is_short_and_distinct(tmp_path: Path) -> None:
+    a, b = Layout(tmp_path / "a"), Layout(tmp_path / "b")
+    assert a.run != b.run
+    assert len(str(a.mysql_socket)) < 100  # unix socket paths are limited to 108 bytes
