@@ -132,9 +132,12 @@ class Sandbox:
 
     def _prepare_files(self, settings: Settings) -> None:
         lay = self.layout
-        for folder in (lay.root, lay.etc, lay.logs, lay.munge_dir, lay.ctld_state, lay.spool):
+        for folder in (lay.root, lay.etc, lay.logs, lay.munge_dir, lay.ctld_state):
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(folder, 0o700)
+        # slurmstepd runs job scripts from the spool as the job's user: it must be searchable.
+        lay.spool.mkdir(parents=True, exist_ok=True)
+        os.chmod(lay.spool, 0o755)
         # munged needs its socket folder reachable by everyone who submits jobs.
         lay.run.mkdir(parents=True, exist_ok=True)
         os.chmod(lay.run, 0o755)
@@ -142,7 +145,8 @@ class Sandbox:
         os.chmod(lay.root, 0o755)
         os.chmod(lay.etc, 0o755)
         for node in settings.node_names:
-            (lay.spool / node).mkdir(exist_ok=True, mode=0o700)
+            (lay.spool / node).mkdir(exist_ok=True)
+            os.chmod(lay.spool / node, 0o755)
         if not lay.munge_key.exists():
             _write_private(lay.munge_key, secrets.token_bytes(1024))
         _write_public(lay.slurm_conf, confgen.slurm_conf(settings, lay, _short_hostname()))
