@@ -1,0 +1,255 @@
+"""The requeue policy, checked on one table against both implementations: Python's
+hpcjobs.requeue.decide() and the bash library every batch script carries."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hpcjobs.requeue import Action, Budget, Cause, classify, decide
+from hpcjobs.resources import templates_dir
+
+LIBRARY = templates_dir() / "lib" / "requeue.bash"
+
+
+SMALL_BUDGET = Budget(preemption=2, timeout=1, node_failure=1, application=0)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    cause: Cause
+    exit_code: int
+    action: Action
+    counts: dict[Cause, int] = field(default_factory=dict)
+    done: bool = False
+    budget: Budget = SMALL_BUDGET
+
+
+CASES = [
+    Case("completed", Cause.NONE, 0, Action.FINISH),
+    Case("preempted", Cause.PREEMPTION, 0, Action.REQUEUE),
+    Case("preempted nonzero exit", Cause.PREEMPTION, 143, Action.REQUEUE),
+    Case("preempted budget left", Cause.PREEMPTION, 0, Action.REQUEUE, {Cause.PREEMPTION: 1}),
+    Case("preempted budget gone", Cause.PREEMPTION, 0, Action.FAIL, {Cause.PREEMPTION: 2}),
+    Case("timeout", Cause.TIMEOUT, 0, Action.REQUEUE),
+    Case("timeout budget gone", Cause.TIMEOUT, 0, Action.FAIL, {Cause.TIMEOUT: 1}),
+    Case("app failure not requeued", Cause.APPLICATION, 3, Action.FAIL),
+    Case("app failure opt-in", Cause.APPLICATION, 3, Action.REQUEUE, budget=Budget(application=1)),
+    Case("done during grace", Cause.PREEMPTION, 0, Action.FINISH, done=True),
+    Case("cancelled", Cause.CANCELLED, 143, Action.FAIL),
+    Case(
+        "total budget",
+        Cause.PREEMPTION,
+        0,
+        Action.FAIL,
+        {Cause.TIMEOUT: 1, Cause.PREEMPTION: 1},
+        budget=Budget(preemption=5, timeout=5, total=2),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_python_decide(case: Case) -> None:
+    decision = decide(
+        case.cause,
+        exit_code=case.exit_code,
+        done=case.done,
+        counts=case.counts,
+        budget=case.budget,
+    )
+    assert decision.action is case.action
+    if case.action is Action.FAIL:
+        assert decision.exit_code != 0
+    if case.action is Action.FINISH:
+        assert decision.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "signal", "preempted", "timed_out", "cause"),
+    [
+        (0, "warning", True, False, Cause.PREEMPTION),
+        (0, "warning", False, True, Cause.TIMEOUT),
+        (0, "warning", False, False, Cause.PREEMPTION),
+        (143, "term", False, False, Cause.CANCELLED),
+        (0, None, False, False, Cause.NONE),
+        (2, None, False, False, Cause.APPLICATION),
+    ],
+)
+def test_classify(
+    exit_code: int, signal: str | None, preempted: bool, timed_out: bool, cause: Cause
+) -> None:
+    got = classify(exit_code=exit_code, signal=signal, preempted=preempted, timed_out=timed_out)
+    assert got is cause
+
+
+# ---- the bash library, with stand-ins for scontrol, squeue and sbatch ---------------------------
+
+STUBS = {
+    "scontrol": """#!/bin/bash
+echo "scontrol $*" >> "$STUB_LOG"
+if [[ $1 == show ]]; then echo "JobId=$SLURM_JOB_ID PreemptTime=${STUB_PREEMPT_TIME:-None}"; fi
+exit 0
+""",
+    "squeue": """#!/bin/bash
+echo "${STUB_TIME_LEFT:-UNLIMITED}"
+""",
+    "sbatch": """#!/bin/bash
+echo "sbatch $*" >> "$STUB_LOG"
+echo "4242;sandbox"
+""",
+}
+
+
+def _bash_cause_and_run(
+    tmp_path: Path, case: Case, *, signal: str, preempt: bool, time_left: str
+) -> tuple[int, list[list[str]], str]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name, body in STUBS.items():
+        (bindir / name).write_text(body)
+        (bindir / name).chmod(0o755)
+    run_dir = tmp_path / "run"
+    ckpt = run_dir / "ckpt"
+    ckpt.mkdir(parents=True, exist_ok=True)
+    if case.done:
+        (ckpt / "DONE").write_text("{}")
+    chain = run_dir / "chain.tsv"
+    lines = []
+    for cause, count in case.counts.items():
+        lines += [f"1.0\t100\t0\trequeue\t{cause.value}\tcontinued\n"] * count
+    chain.write_text("".join(lines))
+    b = case.budget
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "STUB_LOG": str(tmp_path / "calls.log"),
+        "STUB_PREEMPT_TIME": "2026-01-01T00:00:00" if preempt else "None",
+        "STUB_TIME_LEFT": time_left,
+        "SLURM_JOB_ID": "100",
+        "HPCJOBS_RUN_DIR": str(run_dir),
+        "HPCJOBS_CHECKPOINT_DIR": str(ckpt),
+        "HPCJOBS_SIGNAL_LEAD": "60",
+        "HPCJOBS_MAX_REQUEUE_PREEMPTION": str(b.preemption),
+        "HPCJOBS_MAX_REQUEUE_TIMEOUT": str(b.timeout),
+        "HPCJOBS_MAX_REQUEUE_NODE_FAILURE": str(b.node_failure),
+        "HPCJOBS_MAX_REQUEUE_APPLICATION": str(b.application),
+        "HPCJOBS_MAX_REQUEUES": "" if b.total is None else str(b.total),
+    }
+    script = (
+        f"source {LIBRARY}\n"
+        "HPCJOBS_SBATCH_ARGS=(--job-name=x --array=0-9 -d afterok:1 --nodes=2)\n"
+        f'hpcjobs_finish {case.exit_code} "{signal}"\n'
+    )
+    proc = subprocess.run(
+        ["bash", "-c", script, "job.sbatch"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    events = [line.split("\t") for line in chain.read_text().splitlines()]
+    calls = (tmp_path / "calls.log").read_text() if (tmp_path / "calls.log").exists() else ""
+    return int(proc.stdout.strip()), events, calls
+
+
+def _observations(cause: Cause) -> tuple[str, bool, str]:
+    """How each cause looks to the batch script: (signal, PreemptTime set, time left)."""
+    return {
+        Cause.NONE: ("", False, "10:00"),
+        Cause.APPLICATION: ("", False, "10:00"),
+        Cause.PREEMPTION: ("warning", True, "0:15"),
+        Cause.TIMEOUT: ("warning", False, "1:30"),
+        Cause.CANCELLED: ("term", False, "10:00"),
+    }[cause]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bash_library_matches_table(tmp_path: Path, case: Case) -> None:
+    signal, preempt, left = _observations(case.cause)
+    code, events, calls = _bash_cause_and_run(
+        tmp_path, case, signal=signal, preempt=preempt, time_left=left
+    )
+    last = events[-1]
+    if case.action is Action.REQUEUE:
+        assert code == 0
+        assert last[3:5] == ["requeue", case.cause.value]
+        assert "continued as job 4242" in last[5]
+        # The continuation depends on this job, keeps the options, drops the old dependency
+        # and the array range, and this job is told not to be requeued by Slurm as well.
+        assert "--dependency=afterany:100" in calls
+        assert "--job-name=x" in calls and "--nodes=2" in calls
+        assert "afterok:1" not in calls and "--array=0-9" not in calls
+        assert "Requeue=0" in calls
+    elif case.action is Action.FINISH:
+        assert code == 0
+        assert last[3:5] == ["end", "finish"]
+        assert "sbatch" not in calls
+    else:
+        assert code != 0
+        assert last[3:5] == ["end", "fail"]
+        assert "sbatch" not in calls
+
+
+def test_bash_begin_counts_slurm_requeue_as_node_failure(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    env = {
+        "PATH": os.environ["PATH"],
+        "SLURM_JOB_ID": "7",
+        "SLURM_RESTART_COUNT": "1",
+        "HPCJOBS_RUN_DIR": str(run_dir),
+        "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
+        "HPCJOBS_MAX_REQUEUE_NODE_FAILURE": "1",
+    }
+    script = f"source {LIBRARY}\nhpcjobs_begin\necho restart=$HPCJOBS_RESTART_COUNT\n"
+    run_dir.mkdir()
+    (run_dir / "chain.tsv").write_text("1.0\t7\t0\tstart\t-\tcheckpoint=-1\n")
+    proc = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "restart=1" in proc.stdout
+    events = (run_dir / "chain.tsv").read_text().splitlines()
+    assert events[1].split("\t")[3:5] == ["requeue", "node_failure"]
+    # A second node failure exceeds the budget of 1: the job gives up at once.
+    env["SLURM_RESTART_COUNT"] = "2"
+    proc = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 1
+    assert "budget for node_failure exhausted" in proc.stderr
+
+
+def test_bash_begin_exits_when_done(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "ckpt").mkdir(parents=True)
+    (run_dir / "ckpt" / "DONE").write_text("{}")
+    env = {
+        "PATH": os.environ["PATH"],
+        "SLURM_JOB_ID": "8",
+        "HPCJOBS_RUN_DIR": str(run_dir),
+        "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
+    }
+    proc = subprocess.run(
+        ["bash", "-c", f"source {LIBRARY}\nhpcjobs_begin\necho RAN"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0
+    assert "RAN" not in proc.stdout
+    assert "already finished" in proc.stderr
+
+
+def test_bash_seconds() -> None:
+    script = (
+        f"source {LIBRARY}\n"
+        'for t in 1-02:03:04 02:03:04 3:04 59 UNLIMITED; do echo "[$(hpcjobs_seconds $t)]"; done'
+    )
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[93784]", "[7384]", "[184]", "[59]", "[]"]
