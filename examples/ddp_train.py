@@ -87,7 +87,9 @@ def main() -> int:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start = last.step + 1
-        say(f"resumed from checkpoint step {last.step} (restart {os.environ.get('HPCJOBS_RESTART_COUNT', '0')})")
+        say(
+            f"resumed from checkpoint step {last.step} (restart {os.environ.get('HPCJOBS_RESTART_COUNT', '0')})"
+        )
     else:
         say(f"starting from scratch: {args.steps} steps on {info.world_size} ranks")
     ddp = DistributedDataParallel(model)
@@ -109,6 +111,8 @@ def main() -> int:
         loss.backward()
         optimizer.step()
         time.sleep(args.step_time)
+        if rank == 0:
+            ckpt.note_progress(step)
         if stop.should_stop():
             save(step)
             say(f"stop signal ({stop.signal_name}) at step {step}: checkpoint saved, exiting")

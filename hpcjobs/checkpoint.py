@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 COMPLETE = "COMPLETE"
 DONE = "DONE"
+PROGRESS = "PROGRESS"
 ENV_DIR = "HPCJOBS_CHECKPOINT_DIR"
 _STEP_RE = re.compile(r"^step-(\d{9,})$")
 _TMP_RE = re.compile(r"^step-(\d{9,})\.tmp-")
@@ -184,6 +185,24 @@ class CheckpointDir:
                             shutil.rmtree(entry, ignore_errors=True)
                             removed.append(entry)
         return removed
+
+    def note_progress(self, step: int) -> None:
+        """Record the last step reached (cheap: call it every step, from one rank).
+
+        ``hpcjobs history`` uses it to report the work lost at each interruption: the
+        progress reached before the stop minus the checkpoint the next run resumed from.
+        """
+        _make_private_dir(self.root)
+        tmp = self.root / f".{PROGRESS}.{os.getpid()}"
+        tmp.write_text(f"{step}\n")
+        os.replace(tmp, self.root / PROGRESS)
+
+    def progress(self) -> int | None:
+        try:
+            text = (self.root / PROGRESS).read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
 
     # ---- done marker ----------------------------------------------------------------------
 

@@ -50,6 +50,18 @@ hpcjobs_latest_step() {
     echo "$step"
 }
 
+# The last step the application reported (CheckpointDir.note_progress), or -1.
+hpcjobs_progress() {
+    local value
+    value=$(cat "$HPCJOBS_CHECKPOINT_DIR/PROGRESS" 2>/dev/null)
+    [[ $value =~ ^[0-9]+$ ]] && echo "$value" || echo -1
+}
+
+# "checkpoint=<step> progress=<step>": where the job stands, for the event log.
+hpcjobs_position() {
+    echo "checkpoint=$(hpcjobs_latest_step) progress=$(hpcjobs_progress)"
+}
+
 hpcjobs_is_done() {
     [[ -f $HPCJOBS_CHECKPOINT_DIR/DONE || -f $HPCJOBS_RUN_DIR/DONE${SLURM_ARRAY_TASK_ID:+-$SLURM_ARRAY_TASK_ID} ]]
 }
@@ -78,7 +90,8 @@ hpcjobs_begin() {
     export HPCJOBS_CHAIN_ROOT=${first:-${SLURM_JOB_ID:-0}}
     if ((${SLURM_RESTART_COUNT:-0} > 0)) && [[ $(hpcjobs_last_event) != requeue ]]; then
         # Slurm requeued this job by itself: a node failed (or an admin requeued it).
-        hpcjobs_event requeue node_failure "requeued by Slurm (restart ${SLURM_RESTART_COUNT})"
+        hpcjobs_event requeue node_failure \
+            "requeued by Slurm (restart ${SLURM_RESTART_COUNT}) $(hpcjobs_position)"
         local used allowed
         used=$(hpcjobs_count requeue node_failure)
         allowed=$(hpcjobs_budget node_failure)
@@ -167,12 +180,12 @@ hpcjobs_continue() {
         if ! scontrol update "jobid=$SLURM_JOB_ID" Requeue=0 >/dev/null 2>&1; then
             hpcjobs_log "could not mark job $SLURM_JOB_ID Requeue=0; Slurm may also requeue it"
         fi
-        hpcjobs_event requeue "$1" "continued as job $new"
+        hpcjobs_event requeue "$1" "continued as job $new $(hpcjobs_position)"
         hpcjobs_log "$1: continuing as job $new (starts when resources are free)"
         return 0
     fi
     hpcjobs_log "could not submit the continuation ($new); falling back to Slurm's requeue"
-    hpcjobs_event requeue "$1" "requeued by Slurm (fallback)"
+    hpcjobs_event requeue "$1" "requeued by Slurm (fallback) $(hpcjobs_position)"
     scontrol requeue "$SLURM_JOB_ID" >/dev/null 2>&1 || hpcjobs_log "scontrol requeue failed too"
     return 0
 }
