@@ -87,9 +87,8 @@ def main() -> int:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start = last.step + 1
-        say(
-            f"resumed from checkpoint step {last.step} (restart {os.environ.get('HPCJOBS_RESTART_COUNT', '0')})"
-        )
+        restart = os.environ.get("HPCJOBS_RESTART_COUNT", "0")
+        say(f"resumed from checkpoint step {last.step} (restart {restart})")
     else:
         say(f"starting from scratch: {args.steps} steps on {info.world_size} ranks")
     ddp = DistributedDataParallel(model)

@@ -12,7 +12,8 @@ LOG = "\n".join(
         "100.0\t13\t0\tstart\t-\tcheckpoint=-1",
         "107.0\t13\t0\trequeue\tpreemption\tcontinued as job 15 checkpoint=10 progress=10",
         "115.5\t15\t0\tstart\t-\tcheckpoint=10",
-        "130.0\t15\t1\trequeue\tnode_failure\trequeued by Slurm (restart 1) checkpoint=20 progress=23",
+        "130.0\t15\t1\trequeue\tnode_failure\trequeued by Slurm (restart 1) "
+        "checkpoint=20 progress=23",
         "130.2\t15\t1\tstart\t-\tcheckpoint=20",
         "garbage line from a crash",
         "160.0\t15\t1\tend\tfinish\tdone marker present",
