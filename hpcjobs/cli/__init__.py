@@ -19,6 +19,7 @@ from hpcjobs.errors import EXIT_BAD_INPUT, HpcJobsError
 #: name -> (module:attribute, one-line help). The help is here so listing costs no import.
 COMMANDS: dict[str, tuple[str, str]] = {
     "sandbox": ("hpcjobs.cli.sandbox:sandbox", "Run a real local Slurm cluster for trying jobs."),
+    "site": ("hpcjobs.cli.site:site", "List, show, validate and discover site configs."),
 }
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

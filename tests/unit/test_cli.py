@@ -82,7 +82,10 @@ def test_debug_shows_traceback() -> None:
         (ConfigError("bad config"), EXIT_BAD_INPUT),
         (TemplateError("bad template"), EXIT_BAD_INPUT),
         (SlurmError("slurm said no"), EXIT_SLURM),
-        (CommandError(["sbatch"], 1, "sbatch: error: Invalid partition name specified"), EXIT_SLURM),
+        (
+            CommandError(["sbatch"], 1, "sbatch: error: Invalid partition name specified"),
+            EXIT_SLURM,
+        ),
         (TransportError("ssh down"), EXIT_TRANSPORT),
     ],
 )

@@ -12,7 +12,10 @@ HEAVY = ("submitit", "paramiko", "torch", "cryptography")
 def _modules_after(code: str) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-c", code + "\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     return set(json.loads(out.strip().splitlines()[-1]))
 

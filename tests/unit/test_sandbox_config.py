@@ -46,8 +46,14 @@ def test_slurmdbd_conf_uses_own_ports(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"port_base": 80}, {"nodes": 0}, {"nodes": 12}, {"gpus_per_node": 0},
-     {"cpus_per_node": 3}, {"grace_time": -1}],
+    [
+        {"port_base": 80},
+        {"nodes": 0},
+        {"nodes": 12},
+        {"gpus_per_node": 0},
+        {"cpus_per_node": 3},
+        {"grace_time": -1},
+    ],
 )
 def test_bad_settings(kwargs: dict[str, int]) -> None:
     with pytest.raises(BadInputError):

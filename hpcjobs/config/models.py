@@ -1,0 +1,439 @@
+"""The site config schema: frozen pydantic models that reject unknown keys.
+
+One :class:`SiteConfig` describes one cluster: identity, Slurm defaults, partitions, node
+topologies (NUMA domains, GPUs, NICs), NCCL profiles, job setup and the requeue policy. The
+models check types and ranges of each value; checks across values (references, overlaps) live in
+:mod:`hpcjobs.config.semantics` so that all problems can be reported together.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import string
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+)
+
+from hpcjobs.config.cpulist import parse_cpulist
+from hpcjobs.config.slurmtime import parse_slurm_time
+from hpcjobs.errors import BadInputError
+
+#: Placeholders that ``slurm.output_dir`` may use.
+OUTPUT_DIR_PLACEHOLDERS = frozenset({"job_name", "user", "site", "partition"})
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]+$")
+
+
+def _no_control(value: str) -> str:
+    if _CONTROL.search(value):
+        raise ValueError("must not contain control characters (newlines, tabs, escapes)")
+    return value
+
+
+def _name(value: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(f"{value!r} is not a valid name (use letters, digits, '.', '_', '-')")
+    return value
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        raise ValueError(f"{value!r} is not a valid environment variable name")
+    return value
+
+
+def _ifname(value: str) -> str:
+    if not _IFNAME.match(value):
+        raise ValueError(f"{value!r} is not a valid interface or device name")
+    return value
+
+
+def _scalar_to_str(value: object) -> object:
+    """Accept YAML numbers where a string is meant (``NCCL_IB_TIMEOUT: 22``); never booleans."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+def _slurm_time(value: str) -> str:
+    parse_slurm_time(value)
+    return value
+
+
+def _cpulist(value: str) -> str:
+    parse_cpulist(value)
+    return value
+
+
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
+    return value
+
+
+def _signal_name(value: str) -> str:
+    bare = value.upper().removeprefix("SIG")
+    if not hasattr(signal, f"SIG{bare}") or bare in {"KILL", "STOP"}:
+        raise ValueError(
+            f"{value!r} is not a signal a job can catch (for example USR1, USR2, TERM)"
+        )
+    return bare
+
+
+def _output_dir(value: str) -> str:
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
+    except ValueError as exc:
+        raise ValueError(f"invalid placeholder syntax in {value!r}: {exc}") from None
+    unknown = sorted(fields - OUTPUT_DIR_PLACEHOLDERS)
+    if unknown:
+        allowed = ", ".join("{" + p + "}" for p in sorted(OUTPUT_DIR_PLACEHOLDERS))
+        raise ValueError(f"unknown placeholder {{{unknown[0]}}} (allowed: {allowed})")
+    return value
+
+
+SafeStr = Annotated[str, AfterValidator(_no_control)]
+Name = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_name)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+EnvValue = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_no_control)]
+EnvMap = dict[EnvName, EnvValue]
+SlurmTime = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_slurm_time)]
+CpuList = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_cpulist)]
+IfName = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_ifname)]
+Regex = Annotated[str, AfterValidator(_no_control), AfterValidator(_regex)]
+GpuIndex = Annotated[int, Field(ge=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class SlurmDefaults(_Model):
+    """Defaults for every job on the site, and facts about its Slurm."""
+
+    account: SafeStr | None = None
+    qos: SafeStr | None = None
+    time: SlurmTime = "01:00:00"
+    output_dir: Annotated[SafeStr, AfterValidator(_output_dir)] = "~/hpcjobs/runs/{job_name}"
+    version: SafeStr | None = None
+    max_array_size: PositiveInt | None = None
+    preempt_mode: SafeStr | None = None
+    preempt_send_user_signal: bool | None = None
+
+
+class Defaults(_Model):
+    """Which partition and NCCL profile to use when a job names none."""
+
+    partition: Name | None = None
+    nccl_profile: Name | None = None
+
+
+class Partition(_Model):
+    """A Slurm partition and the nodes behind it."""
+
+    name: Name
+    description: SafeStr = ""
+    gpu_type: Name | None = None
+    gpus_per_node: NonNegativeInt = 0
+    cpus_per_node: PositiveInt
+    sockets_per_node: PositiveInt = 1
+    memory_mb: PositiveInt
+    max_nodes: PositiveInt
+    max_time: SlurmTime = "UNLIMITED"
+    nodes: PositiveInt | None = None
+    qos: SafeStr | None = None
+    priority_tier: NonNegativeInt | None = None
+    preemptible: bool = False
+    launcher: Literal["srun", "torchrun", "none"] = "srun"
+    topology: Name | None = None
+    nccl_profile: Name | None = None
+    env: EnvMap = Field(default_factory=dict)
+
+    @property
+    def max_time_seconds(self) -> int | None:
+        """The partition's time limit in seconds, or None when unlimited."""
+        return parse_slurm_time(self.max_time)
+
+
+class NumaDomain(_Model):
+    """One NUMA domain of a node: its CPUs, memory node and the GPUs attached to it."""
+
+    id: NonNegativeInt
+    cpus: CpuList
+    memory_node: NonNegativeInt | None = None
+    gpus: list[GpuIndex] = Field(default_factory=list)
+
+    @property
+    def cpu_ids(self) -> list[int]:
+        """The CPU numbers of this domain, ascending."""
+        return parse_cpulist(self.cpus)
+
+    @property
+    def mem_node(self) -> int:
+        """The memory node to bind to (the domain id when not set)."""
+        return self.id if self.memory_node is None else self.memory_node
+
+
+class Nic(_Model):
+    """A network adapter (HCA) of a node."""
+
+    name: IfName
+    kind: Literal["ib", "roce", "eth"] = "ib"
+    port: PositiveInt = 1
+    gid_index: NonNegativeInt | None = None
+    numa: NonNegativeInt | None = None
+    gpus: list[GpuIndex] = Field(default_factory=list)
+    nccl: bool = True
+    ifname: IfName | None = None
+
+    @property
+    def hca(self) -> str:
+        """The ``name:port`` form used in ``NCCL_IB_HCA`` and ``UCX_NET_DEVICES``."""
+        return f"{self.name}:{self.port}"
+
+
+class Topology(_Model):
+    """The layout of one kind of node: NUMA domains, GPUs and NICs."""
+
+    bootstrap_interface: IfName
+    numa: Annotated[list[NumaDomain], Field(min_length=1)]
+    nics: list[Nic] = Field(default_factory=list)
+
+    @property
+    def gpu_ids(self) -> list[int]:
+        """Every GPU index listed in the NUMA map, ascending."""
+        return sorted({gpu for domain in self.numa for gpu in domain.gpus})
+
+    @property
+    def cpu_ids(self) -> list[int]:
+        """Every CPU number of every NUMA domain, ascending."""
+        return sorted({cpu for domain in self.numa for cpu in domain.cpu_ids})
+
+    def numa_domain(self, domain_id: int) -> NumaDomain:
+        """The NUMA domain with this id.
+
+        Raises:
+            BadInputError: No such domain.
+        """
+        for domain in self.numa:
+            if domain.id == domain_id:
+                return domain
+        known = ", ".join(str(d.id) for d in self.numa)
+        raise BadInputError(f"NUMA domain {domain_id} is not in the topology (known: {known})")
+
+    def gpu_numa(self, gpu: int) -> NumaDomain:
+        """The NUMA domain that GPU ``gpu`` is attached to.
+
+        Raises:
+            BadInputError: The GPU is not in the NUMA map.
+        """
+        for domain in self.numa:
+            if gpu in domain.gpus:
+                return domain
+        known = ", ".join(str(g) for g in self.gpu_ids) or "none"
+        raise BadInputError(
+            f"GPU {gpu} is not in the topology's NUMA map (known GPUs: {known})",
+            hint="list every GPU under one of the topology's numa[].gpus",
+        )
+
+    def nccl_nics(self) -> list[Nic]:
+        """The NICs NCCL may use (``nccl: true``), in config order."""
+        return [nic for nic in self.nics if nic.nccl]
+
+    def nccl_nics_for_gpu(self, gpu: int) -> list[Nic]:
+        """The NCCL NICs that serve ``gpu``: its rail NICs, else the NCCL NICs of its NUMA domain.
+
+        Returns:
+            The NICs in config order; empty when the node has no NCCL NIC near the GPU.
+        """
+        rail = [nic for nic in self.nccl_nics() if gpu in nic.gpus]
+        if rail:
+            return rail
+        domain = self.gpu_numa(gpu)
+        return [nic for nic in self.nccl_nics() if nic.numa == domain.id]
+
+
+class NcclProfile(_Model):
+    """A named set of NCCL/UCX environment variables."""
+
+    description: SafeStr = ""
+    debug: bool = False
+    env: EnvMap = Field(default_factory=dict)
+
+
+class Container(_Model):
+    """The container runtime jobs run under."""
+
+    runtime: Literal["none", "pyxis", "enroot", "apptainer"] = "none"
+    image: SafeStr | None = None
+    mounts: list[SafeStr] = Field(default_factory=list)
+
+
+class Setup(_Model):
+    """Shell setup rendered into every job script before the launch."""
+
+    modules: list[Annotated[str, Field(min_length=1), AfterValidator(_no_control)]] = Field(
+        default_factory=list
+    )
+    lines: list[SafeStr] = Field(default_factory=list)
+    container: Container = Field(default_factory=Container)
+
+
+class MaxRequeues(_Model):
+    """How often a job may be requeued, per cause."""
+
+    preemption: NonNegativeInt = 20
+    timeout: NonNegativeInt = 10
+    node_failure: NonNegativeInt = 5
+    application: NonNegativeInt = 0
+
+
+class Requeue(_Model):
+    """The requeue policy: which signal warns the job, how early, and how often to requeue."""
+
+    signal: Annotated[str, AfterValidator(_signal_name)] = "USR2"
+    lead_time: PositiveInt = 300
+    max_requeues: MaxRequeues = Field(default_factory=MaxRequeues)
+
+
+class SiteConfig(_Model):
+    """Everything hpcjobs knows about one cluster."""
+
+    name: Name
+    description: SafeStr = ""
+    hostnames: list[Regex] = Field(default_factory=list)
+    login_hosts: list[Annotated[str, Field(min_length=1), AfterValidator(_no_control)]] = Field(
+        default_factory=list
+    )
+    host_keys: list[SafeStr] = Field(default_factory=list)
+    slurm: SlurmDefaults = Field(default_factory=SlurmDefaults)
+    defaults: Defaults = Field(default_factory=Defaults)
+    partitions: Annotated[list[Partition], Field(min_length=1)]
+    topologies: dict[Name, Topology] = Field(default_factory=dict)
+    nccl_profiles: dict[Name, NcclProfile] = Field(default_factory=dict)
+    setup: Setup = Field(default_factory=Setup)
+    requeue: Requeue = Field(default_factory=Requeue)
+
+    @property
+    def partition_names(self) -> list[str]:
+        """The partition names in config order."""
+        return [p.name for p in self.partitions]
+
+    @property
+    def default_partition(self) -> Partition:
+        """``defaults.partition``, or the first partition when none is set."""
+        return self.partition(None)
+
+    def partition(self, name: str | None) -> Partition:
+        """The partition called ``name``; None means the default partition.
+
+        Raises:
+            BadInputError: The site has no partition of that name.
+        """
+        wanted = name if name is not None else self.defaults.partition
+        if wanted is None:
+            return self.partitions[0]
+        for part in self.partitions:
+            if part.name == wanted:
+                return part
+        known = ", ".join(self.partition_names)
+        raise BadInputError(
+            f"site {self.name!r} has no partition {wanted!r} (known: {known})",
+            hint="pick one of the known partitions, or add it to the site config",
+        )
+
+    def matches_host(self, hostname: str) -> bool:
+        """Whether one of ``hostnames`` fully matches ``hostname``."""
+        return any(re.fullmatch(pattern, hostname) for pattern in self.hostnames)
+
+    def _as_partition(self, partition: Partition | str | None) -> Partition:
+        if isinstance(partition, Partition):
+            return partition
+        return self.partition(partition)
+
+    def topology_for(self, partition: Partition | str | None) -> Topology | None:
+        """The node topology of ``partition`` (a model, a name, or None for the default).
+
+        Returns:
+            The topology, or None when the partition names none.
+
+        Raises:
+            BadInputError: The partition names a topology the site does not define.
+        """
+        part = self._as_partition(partition)
+        if part.topology is None:
+            return None
+        try:
+            return self.topologies[part.topology]
+        except KeyError:
+            raise BadInputError(
+                f"partition {part.name!r} names topology {part.topology!r}, "
+                f"which site {self.name!r} does not define"
+            ) from None
+
+    def nccl_profile_for(self, partition: Partition | str | None) -> tuple[str, NcclProfile] | None:
+        """The NCCL profile name and profile for ``partition``, or None when there is none."""
+        part = self._as_partition(partition)
+        name = part.nccl_profile or self.defaults.nccl_profile
+        if name is None:
+            return None
+        try:
+            return name, self.nccl_profiles[name]
+        except KeyError:
+            raise BadInputError(
+                f"partition {part.name!r} uses NCCL profile {name!r}, "
+                f"which site {self.name!r} does not define"
+            ) from None
+
+    def nccl_env_for(self, partition: Partition | str | None) -> dict[str, tuple[str, str]]:
+        """The NCCL/UCX variables for ``partition``, each with the label of where it came from.
+
+        The profile (the partition's ``nccl_profile``, else ``defaults.nccl_profile``) comes
+        first; the partition's own ``env`` overrides it.
+
+        Returns:
+            ``{VAR: (value, origin)}`` with origins such as ``"profile production"`` or
+            ``"partition batch"``.
+        """
+        part = self._as_partition(partition)
+        result: dict[str, tuple[str, str]] = {}
+        profile = self.nccl_profile_for(part)
+        if profile is not None:
+            name, prof = profile
+            for key, value in prof.env.items():
+                result[key] = (value, f"profile {name}")
+        for key, value in part.env.items():
+            result[key] = (value, f"partition {part.name}")
+        return result
+
+
+__all__ = [
+    "Container",
+    "Defaults",
+    "MaxRequeues",
+    "NcclProfile",
+    "Nic",
+    "NumaDomain",
+    "Partition",
+    "Requeue",
+    "Setup",
+    "SiteConfig",
+    "SlurmDefaults",
+    "Topology",
+]

@@ -1,0 +1,64 @@
+"""Problems found in a config: where they are (file, line, dotted key) and what is wrong."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from hpcjobs.errors import ConfigError
+
+Severity = Literal["error", "warning"]
+KeyPath = tuple[str | int, ...]
+
+
+def dotted(path: Sequence[str | int]) -> str:
+    """Write a key path as ``partitions.1.gpus_per_node``."""
+    return ".".join(str(part) for part in path)
+
+
+def suggest(word: str, choices: Iterable[str]) -> str:
+    """A ``" (did you mean 'x'?)"`` suffix for the closest choice, or an empty string."""
+    close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem in one config file."""
+
+    message: str
+    key: str = ""
+    file: str | None = None
+    line: int | None = None
+    severity: Severity = "error"
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == "error"
+
+    def format(self) -> str:
+        """``file:line: key: message``, leaving out the parts that are not known."""
+        where = ""
+        if self.file:
+            where = self.file if self.line is None else f"{self.file}:{self.line}"
+        parts = [p for p in (where, self.key) if p]
+        prefix = ": ".join(parts)
+        label = "warning: " if self.severity == "warning" else ""
+        return f"{prefix}: {label}{self.message}" if prefix else f"{label}{self.message}"
+
+
+class InvalidConfigError(ConfigError):
+    """A config has one or more errors. ``problems`` lists all of them, warnings included."""
+
+    def __init__(self, source: str, problems: Sequence[Problem], *, hint: str | None = None):
+        self.source = source
+        self.problems = list(problems)
+        errors = [p for p in self.problems if p.is_error]
+        count = f"{len(errors)} problem" + ("s" if len(errors) != 1 else "")
+        lines = "\n".join(f"  {p.format()}" for p in errors)
+        super().__init__(
+            f"site config {source} is invalid ({count}):\n{lines}",
+            hint=hint or f"fix the keys above, then run 'hpcjobs site validate {source}'",
+        )

@@ -1,0 +1,204 @@
+"""Validate site config data and files, collecting every problem instead of stopping at one."""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from hpcjobs.config.models import SiteConfig
+from hpcjobs.config.problems import KeyPath, Problem, dotted, suggest
+from hpcjobs.config.semantics import Finding, check_site_data
+from hpcjobs.config.yamlfile import read_yaml_file
+
+#: Maps a key path to the (file, line) it came from.
+Locator = Callable[[KeyPath], tuple[str | None, int | None]]
+
+_SCHEMA_TAG = re.compile(
+    r"^(nullable|(function-[a-z]+|json-or-python|lax-or-strict|tagged-union|union|chain)\[.*)$"
+)
+_TYPE_ERRORS_WITH_INPUT = (
+    "_type",
+    "_parsing",
+    "literal_error",
+    "enum",
+    "greater_than",
+    "less_than",
+)
+
+
+@dataclass
+class ValidationReport:
+    """The outcome of validating one config: the model when valid, and all problems."""
+
+    source: str
+    config: SiteConfig | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.is_error]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if not p.is_error]
+
+    @property
+    def ok(self) -> bool:
+        return self.config is not None and not self.errors
+
+
+def validate_data(data: Mapping[str, Any]) -> tuple[SiteConfig | None, list[Finding]]:
+    """Validate merged site config data: schema first, then every cross-value check.
+
+    Top-level keys starting with ``x-`` are ignored: they hold YAML anchors for reuse.
+
+    Args:
+        data: The site config mapping.
+
+    Returns:
+        The model (None when there are errors) and every finding, errors and warnings.
+    """
+    data = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
+    findings: list[Finding] = []
+    config: SiteConfig | None = None
+    try:
+        config = SiteConfig.model_validate(data)
+    except ValidationError as exc:
+        findings.extend(schema_findings(exc))
+    findings.extend(check_site_data(data))
+    if any(f.severity == "error" for f in findings):
+        config = None
+    return config, _dedupe(findings)
+
+
+def schema_findings(exc: ValidationError, model: type[BaseModel] = SiteConfig) -> list[Finding]:
+    """Turn pydantic errors into findings with dotted paths and did-you-mean hints."""
+    findings: list[Finding] = []
+    for err in exc.errors(include_url=False):
+        loc: list[str | int] = [p for p in err["loc"] if not _is_schema_tag(p)]
+        kind = err["type"]
+        if loc and loc[-1] == "[key]":
+            loc.pop()
+            message = (
+                f"invalid key {loc[-1]!r}: {_clean(err['msg'])}" if loc else _clean(err["msg"])
+            )
+        elif kind == "extra_forbidden":
+            key = str(loc[-1])
+            allowed = _fields_at(model, tuple(loc[:-1]))
+            message = f"unknown key {key!r}{suggest(key, allowed)}"
+            if allowed and not suggest(key, allowed):
+                message += f" (allowed: {', '.join(sorted(allowed))})"
+        elif kind == "missing":
+            message = f"required key {loc[-1]!r} is missing" if loc else "a required key is missing"
+        else:
+            message = _clean(err["msg"])
+            if any(tag in kind for tag in _TYPE_ERRORS_WITH_INPUT):
+                message += f" (got {_preview(err.get('input'))})"
+        findings.append(Finding(tuple(loc), message))
+    return findings
+
+
+def to_problems(findings: list[Finding], locate: Locator) -> list[Problem]:
+    """Attach file and line to each finding."""
+    problems = []
+    for finding in findings:
+        file, line = locate(finding.path)
+        problems.append(
+            Problem(finding.message, dotted(finding.path), file, line, severity=finding.severity)
+        )
+    return problems
+
+
+def validate_site_file(path: Path, *, source: str | None = None) -> ValidationReport:
+    """Validate one site config file on its own (no user file or environment layered on top).
+
+    Args:
+        path: The YAML file.
+        source: How to name the file in messages (default: the path as given).
+
+    Returns:
+        The report; ``report.ok`` says whether the file is valid.
+    """
+    doc = read_yaml_file(path, source=source)
+    report = ValidationReport(doc.source, problems=list(doc.problems))
+    if doc.data is None or not isinstance(doc.data, dict):
+        return report
+    config, findings = validate_data(doc.data)
+    report.problems.extend(to_problems(findings, lambda p: (doc.source, doc.line_of(p))))
+    report.problems.sort(key=lambda p: (p.line or 0, p.severity != "error"))
+    report.config = config if not report.errors else None
+    return report
+
+
+def _fields_at(model: type[BaseModel], loc: KeyPath) -> set[str]:
+    """The keys allowed in the mapping at ``loc`` inside ``model``."""
+    current: Any = model
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            info = current.model_fields.get(str(part))
+            if info is None:
+                return set()
+            current = info.annotation
+            continue
+        origin = typing.get_origin(current)
+        args = typing.get_args(current)
+        if origin is list and args:
+            current = args[0]
+        elif origin is dict and len(args) == 2:
+            current = args[1]
+        else:
+            return set()
+    current = _unwrap(current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return set(current.model_fields)
+    return set()
+
+
+def _unwrap(annotation: Any) -> Any:
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            options = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(options) != 1:
+                return annotation
+            annotation = options[0]
+        else:
+            return annotation
+
+
+def _is_schema_tag(part: str | int) -> bool:
+    """Pydantic inserts tags such as ``function-after[...]`` or ``nullable`` into some paths."""
+    return isinstance(part, str) and bool(_SCHEMA_TAG.match(part))
+
+
+def _clean(message: str) -> str:
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if message.startswith(prefix):
+            return message[len(prefix) :]
+    return message
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen: set[tuple[KeyPath, str]] = set()
+    unique = []
+    for finding in findings:
+        mark = (finding.path, finding.message)
+        if mark not in seen:
+            seen.add(mark)
+            unique.append(finding)
+    return unique
