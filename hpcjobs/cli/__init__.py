@@ -20,6 +20,9 @@ from hpcjobs.errors import EXIT_BAD_INPUT, HpcJobsError
 COMMANDS: dict[str, tuple[str, str]] = {
     "sandbox": ("hpcjobs.cli.sandbox:sandbox", "Run a real local Slurm cluster for trying jobs."),
     "site": ("hpcjobs.cli.site:site", "List, show, validate and discover site configs."),
+    "submit": ("hpcjobs.cli.submit:submit", "Render a job script for the site and submit it."),
+    "render": ("hpcjobs.cli.submit:render", "Print a job script without submitting it."),
+    "template": ("hpcjobs.cli.template:template", "Show job-script templates and blocks."),
 }
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

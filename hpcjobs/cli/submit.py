@@ -1,0 +1,234 @@
+"""``hpcjobs submit`` and ``hpcjobs render``: describe a job, render its script, submit it.
+
+Flags use sbatch's names. A YAML job file (``-f job.yaml``) holds the same fields; flags
+override it. ``--dry-run`` (or ``render``) prints the script and the sbatch command line and
+submits nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hpcjobs.errors import BadInputError
+
+_LAUNCHERS = ("srun", "torchrun", "none")
+_SETTINGS: dict[str, Any] = {"allow_interspersed_args": False}
+
+
+def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The job-spec options shared by ``submit`` and ``render``."""
+    options = [
+        click.option(
+            "-f",
+            "--file",
+            "job_file",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="YAML job file; flags override its fields.",
+        ),
+        click.option("-J", "--job-name", help="Job name (default: the program's name)."),
+        click.option("-p", "--partition", help="Partition (default: the site's)."),
+        click.option("-N", "--nodes", type=click.IntRange(min=1), help="Number of nodes."),
+        click.option("-t", "--time", help="Time limit, Slurm syntax (MM, HH:MM:SS, D-HH:MM)."),
+        click.option("-A", "--account", help="Account to charge."),
+        click.option("-q", "--qos", help="Quality of service."),
+        click.option(
+            "--gpus-per-node", type=click.IntRange(min=0), help="GPUs per node (default: all)."
+        ),
+        click.option(
+            "--ntasks-per-node",
+            type=click.IntRange(min=1),
+            help="Ranks per node (default: one per GPU).",
+        ),
+        click.option("--cpus-per-task", type=click.IntRange(min=1), help="CPUs per rank."),
+        click.option(
+            "--launcher",
+            type=click.Choice(_LAUNCHERS),
+            help="srun (a task per rank), torchrun (one per node) or none (run once).",
+        ),
+        click.option("--array", help="Job array indices, e.g. 0-15 or 0-99%10."),
+        click.option("--dependency", help="Slurm dependency, e.g. afterok:1234."),
+        click.option(
+            "-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Set a variable."
+        ),
+        click.option("--container-image", help="Run in this container image."),
+        click.option(
+            "--container-mount", multiple=True, metavar="SRC[:DST]", help="Mount into it."
+        ),
+        click.option("--container-workdir", help="Working directory inside the container."),
+        click.option("--checkpoint-dir", help="Checkpoint folder (default: OUTPUT/checkpoints)."),
+        click.option(
+            "--signal",
+            metavar="SIG[@SECONDS]",
+            help="Warning signal and lead time before the limit (default: the site's).",
+        ),
+        click.option(
+            "--requeue/--no-requeue", default=None, help="Let Slurm requeue the job (default on)."
+        ),
+        click.option("--output-dir", help="Folder for logs and records (default: the site's)."),
+        click.option("-D", "--chdir", help="Working directory of the job."),
+        click.option("--template", help="Main template name (default: job)."),
+        click.option(
+            "--template-dir",
+            multiple=True,
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Extra template folder, searched first.",
+        ),
+        click.option(
+            "--sbatch",
+            "sbatch_options",
+            multiple=True,
+            metavar="--OPTION[=VALUE]",
+            help="Pass an extra sbatch option through, e.g. --sbatch=--exclusive.",
+        ),
+        click.option(
+            "--nccl-debug/--no-nccl-debug",
+            default=None,
+            help="Turn on NCCL debugging variables (off in production).",
+        ),
+        click.option(
+            "--bind/--no-bind", default=None, help="Per-rank CPU/GPU/NIC binding (default on)."
+        ),
+        click.option("--torchrun", "torchrun_path", help="torchrun program (default: torchrun)."),
+        click.argument("command", nargs=-1, type=click.UNPROCESSED),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.command("submit", context_settings=_SETTINGS)
+@_job_options
+@click.option("--dry-run", is_flag=True, help="Print the script and sbatch line; submit nothing.")
+@click.pass_context
+def submit(ctx: click.Context, /, dry_run: bool, **fields: Any) -> None:
+    """Render a job script for the site and submit it.
+
+    The command to run goes last, after '--':
+
+      hpcjobs submit -N 2 -t 4:00:00 -- python train.py --lr 3e-4
+    """
+    rendered = _render(ctx, fields)
+    if dry_run:
+        _print_dry_run(rendered)
+        return
+    _submit(ctx, rendered)
+
+
+@click.command("render", context_settings=_SETTINGS)
+@_job_options
+@click.pass_context
+def render(ctx: click.Context, /, **fields: Any) -> None:
+    """Print the job script and sbatch line without submitting (submit --dry-run)."""
+    _print_dry_run(_render(ctx, fields))
+
+
+def _render(ctx: click.Context, fields: dict[str, Any]) -> Any:
+    from hpcjobs.config.loader import load_site
+    from hpcjobs.jobspec import load_job_file, merge_job_data, parse_spec
+    from hpcjobs.render import render_job
+
+    job_file: Path | None = fields.pop("job_file")
+    template_dirs: tuple[Path, ...] = fields.pop("template_dir")
+    file_data = load_job_file(job_file) if job_file else None
+    data = merge_job_data(file_data, flags_to_fields(fields))
+    spec = parse_spec(data, source=str(job_file) if job_file else "flags")
+    site = load_site((ctx.obj or {}).get("site"))
+    return render_job(spec, site, template_dirs=list(template_dirs) or None)
+
+
+def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
+    """Map CLI flag values to job spec fields; flags that were not given map to None."""
+    from hpcjobs.jobspec import parse_env_options, parse_signal_option
+
+    requeue: dict[str, Any] = {}
+    if flags.get("signal"):
+        requeue.update(parse_signal_option(flags["signal"]))
+    if flags.get("requeue") is not None:
+        requeue["enabled"] = flags["requeue"]
+    container: dict[str, Any] | None = None
+    if flags.get("container_image"):
+        container = {"image": flags["container_image"]}
+        if flags.get("container_mount"):
+            container["mounts"] = list(flags["container_mount"])
+        if flags.get("container_workdir"):
+            container["workdir"] = flags["container_workdir"]
+    elif flags.get("container_mount") or flags.get("container_workdir"):
+        raise BadInputError("--container-mount and --container-workdir need --container-image")
+    return {
+        "name": flags.get("job_name"),
+        "partition": flags.get("partition"),
+        "nodes": flags.get("nodes"),
+        "time": flags.get("time"),
+        "account": flags.get("account"),
+        "qos": flags.get("qos"),
+        "gpus_per_node": flags.get("gpus_per_node"),
+        "ntasks_per_node": flags.get("ntasks_per_node"),
+        "cpus_per_task": flags.get("cpus_per_task"),
+        "launcher": flags.get("launcher"),
+        "array": flags.get("array"),
+        "dependency": flags.get("dependency"),
+        "env": parse_env_options(flags.get("env") or ()) or None,
+        "container": container,
+        "checkpoint_dir": flags.get("checkpoint_dir"),
+        "requeue": requeue or None,
+        "output_dir": flags.get("output_dir"),
+        "chdir": flags.get("chdir"),
+        "template": flags.get("template"),
+        "sbatch_options": list(flags.get("sbatch_options") or ()) or None,
+        "nccl_debug": flags.get("nccl_debug"),
+        "bind": flags.get("bind"),
+        "torchrun": flags.get("torchrun_path"),
+        "command": list(flags.get("command") or ()) or None,
+    }
+
+
+def dry_run_text(rendered: Any) -> str:
+    """The script, then the sbatch command line as a trailing comment (so it stays a script)."""
+    script: str = rendered.script
+    if not script.endswith("\n"):
+        script += "\n"
+    argv = ["sbatch", *rendered.sbatch_args, "SCRIPT"]
+    return (
+        script
+        + "# --- dry run: nothing was submitted; hpcjobs would run ---\n"
+        + "# "
+        + shlex.join(argv)
+        + "\n"
+    )
+
+
+def _print_dry_run(rendered: Any) -> None:
+    click.echo(dry_run_text(rendered), nl=False)
+    inherited = sorted(k for k in os.environ if k.startswith(("SBATCH_", "SALLOC_", "SRUN_")))
+    if inherited:
+        click.echo(
+            "Note: ignoring inherited " + ", ".join(inherited) + " (hpcjobs passes every "
+            "option on the sbatch command line and drops these variables when it submits).",
+            err=True,
+        )
+
+
+def _submit(ctx: click.Context, rendered: Any) -> None:
+    try:
+        from hpcjobs.submission import submit_rendered
+    except ModuleNotFoundError as exc:
+        if exc.name != "hpcjobs.submission":
+            raise
+        click.secho("Error: submission not available in this build of hpcjobs.", err=True)
+        click.echo("Hint: use --dry-run to see the script and the sbatch command line.", err=True)
+        ctx.exit(2)
+    from hpcjobs.runner import LocalRunner
+    from hpcjobs.slurm.client import SlurmClient
+
+    result = submit_rendered(rendered, client=SlurmClient(runner=LocalRunner()))
+    for job_id in result.job_ids:
+        click.echo(job_id)
+
+
+__all__ = ["dry_run_text", "flags_to_fields", "render", "submit"]

@@ -1,0 +1,506 @@
+"""What a researcher asks for: the job spec, read from flags and/or a YAML job file.
+
+A :class:`JobSpec` holds only what the user said; :func:`resolve_spec` fills in the site's
+defaults and checks the request against the partition (GPUs, nodes, time), so that a bad
+request stops with exit 2 before anything reaches Slurm.
+
+Every string a user gives may end up in a batch script or in Slurm's database, so control
+characters (newlines, tabs, escapes) are refused everywhere; quotes, ``$( )``, spaces and
+non-ASCII text are fine, because rendering quotes every value.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import signal as _signal
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from hpcjobs.config.models import Partition, SiteConfig
+from hpcjobs.config.slurmtime import parse_slurm_time
+from hpcjobs.errors import BadInputError
+
+Launcher = Literal["srun", "torchrun", "none"]
+LAUNCHERS: tuple[Launcher, ...] = ("srun", "torchrun", "none")
+
+#: Causes a requeue budget is kept for.
+REQUEUE_CAUSES = ("preemption", "timeout", "node_failure", "application")
+
+#: Slurm's limit on the ``--signal`` lead time, in seconds.
+MAX_SIGNAL_LEAD = 65535
+
+log = logging.getLogger(__name__)
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_WORD = re.compile(r"^[A-Za-z0-9._-]+$")
+_ARRAY_ITEM = r"\d+(?:-\d+(?::\d+)?)?"
+_ARRAY = re.compile(rf"^{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%\d+)?$")
+_DEPENDENCY = re.compile(r"^[A-Za-z0-9_:+,?]+$")
+_SIGNAL_AT = re.compile(r"^(?:B:)?([A-Za-z0-9]+)?(?:@(\d+))?$")
+
+#: Variables hpcjobs sets for every rank; a job may not set them itself.
+MANAGED_ENV = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "NODE_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "CUDA_VISIBLE_DEVICES",
+    }
+)
+_RESERVED_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "HPCJOBS_", "BASH_FUNC_")
+
+
+def _no_control(value: str) -> str:
+    if _CONTROL.search(value):
+        raise ValueError("must not contain newlines, tabs or other control characters")
+    return value
+
+
+def _word(value: str) -> str:
+    if not _WORD.match(value):
+        raise ValueError(f"{value!r} may only contain letters, digits, '.', '_' and '-'")
+    return value
+
+
+def _int_to_str(value: object) -> object:
+    """YAML turns ``10`` into an int; accept whole numbers where text is meant, nothing else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float | bool) or value is None:
+        raise ValueError(
+            f"must be text, not {value!r}; quote it in YAML so it reaches the job unchanged"
+        )
+    return value
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        raise ValueError(f"{value!r} is not a valid environment variable name")
+    if value.startswith(_RESERVED_ENV_PREFIXES):
+        raise ValueError(f"{value!r} is reserved for Slurm and hpcjobs")
+    if value in MANAGED_ENV:
+        raise ValueError(f"{value!r} is set by hpcjobs for every rank")
+    return value
+
+
+def _time(value: str) -> str:
+    parse_slurm_time(value)
+    return value
+
+
+def _signal_name(value: str) -> str:
+    bare = value.upper().removeprefix("SIG")
+    if not hasattr(_signal, f"SIG{bare}") or bare in {"KILL", "STOP"}:
+        raise ValueError(f"{value!r} is not a signal a job can catch (for example USR2, TERM)")
+    return bare
+
+
+def _array(value: str) -> str:
+    if not _ARRAY.match(value):
+        raise ValueError(f"{value!r} is not a Slurm array (for example 0-15, 1,3,5, 0-99%10)")
+    return value
+
+
+def _dependency(value: str) -> str:
+    if not _DEPENDENCY.match(value):
+        raise ValueError(
+            f"{value!r} is not a Slurm dependency (for example afterok:123, singleton)"
+        )
+    return value
+
+
+def _mount(value: str) -> str:
+    if "," in value or not value.strip():
+        raise ValueError(f"{value!r} is not a mount: use SRC[:DST[:FLAGS]] without commas")
+    return value
+
+
+def _command(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot split the command line: {exc}") from None
+    return value
+
+
+SafeStr = Annotated[str, AfterValidator(_no_control)]
+Text = Annotated[str, BeforeValidator(_int_to_str), AfterValidator(_no_control)]
+Word = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_word)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+SlurmTime = Annotated[str, BeforeValidator(_int_to_str), AfterValidator(_time)]
+SignalName = Annotated[str, AfterValidator(_signal_name)]
+Mount = Annotated[str, AfterValidator(_no_control), AfterValidator(_mount)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ContainerSpec(_Model):
+    """The container image a job runs in, and what to mount into it."""
+
+    image: Annotated[SafeStr, Field(min_length=1)]
+    mounts: list[Mount] = Field(default_factory=list)
+    workdir: SafeStr | None = None
+
+
+class RequeuePolicy(_Model):
+    """How the job is warned before its end, and whether Slurm may requeue it.
+
+    Unset fields come from the site's ``requeue`` section.
+    """
+
+    enabled: bool = True
+    signal: SignalName | None = None
+    lead_time: Annotated[int, Field(ge=1, le=MAX_SIGNAL_LEAD)] | None = None
+    max_requeues: dict[
+        Literal["preemption", "timeout", "node_failure", "application"],
+        Annotated[int, Field(ge=0)],
+    ] = Field(default_factory=dict)
+
+
+class JobSpec(_Model):
+    """One job as the user describes it. ``None`` means "use the site's default"."""
+
+    name: Annotated[SafeStr, Field(min_length=1, max_length=200)] | None = None
+    partition: Word | None = None
+    nodes: Annotated[int, Field(ge=1)] = 1
+    gpus_per_node: Annotated[int, Field(ge=0)] | None = None
+    ntasks_per_node: Annotated[int, Field(ge=1)] | None = None
+    cpus_per_task: Annotated[int, Field(ge=1)] | None = None
+    time: SlurmTime | None = None
+    account: Word | None = None
+    qos: Word | None = None
+    launcher: Launcher | None = None
+    command: Annotated[list[Text], BeforeValidator(_command)] = Field(default_factory=list)
+    env: dict[EnvName, Text] = Field(default_factory=dict)
+    container: ContainerSpec | None = None
+    array: Annotated[str, AfterValidator(_array)] | None = None
+    dependency: Annotated[str, AfterValidator(_dependency)] | None = None
+    checkpoint_dir: Annotated[SafeStr, Field(min_length=1)] | None = None
+    requeue: RequeuePolicy = Field(default_factory=RequeuePolicy)
+    output_dir: Annotated[SafeStr, Field(min_length=1)] | None = None
+    chdir: Annotated[SafeStr, Field(min_length=1)] | None = None
+    template: Word = "job"
+    sbatch_options: list[SafeStr] = Field(default_factory=list)
+    nccl_debug: bool = False
+    bind: bool = True
+    torchrun: Annotated[SafeStr, Field(min_length=1)] = "torchrun"
+
+
+def parse_spec(data: Mapping[str, Any], *, source: str = "job") -> JobSpec:
+    """Validate a mapping (a job file's content merged with flags) into a :class:`JobSpec`.
+
+    Args:
+        data: Field name -> value.
+        source: How to name the input in messages, for example the job file's path.
+
+    Returns:
+        The validated spec.
+
+    Raises:
+        BadInputError: A field is unknown or has a bad value; the message names every one.
+    """
+    try:
+        return JobSpec.model_validate(dict(data))
+    except ValidationError as exc:
+        raise BadInputError(
+            f"invalid job spec in {source}:\n" + _format_errors(exc),
+            hint="see 'hpcjobs submit --help' for the fields and their syntax",
+        ) from None
+
+
+def load_job_file(path: Path) -> dict[str, Any]:
+    """Read a YAML job file (``hpcjobs submit -f job.yaml``) into a plain mapping.
+
+    Raises:
+        BadInputError: The file cannot be read, is not YAML, or is not a mapping.
+    """
+    from hpcjobs.config.yamlfile import read_yaml_file
+
+    doc = read_yaml_file(path, source=str(path))
+    errors = [p for p in doc.problems if p.is_error]
+    if errors:
+        raise BadInputError(
+            f"cannot read job file {path}:\n" + "\n".join(f"  {p.format()}" for p in errors)
+        )
+    data: dict[str, Any] = doc.data
+    return data
+
+
+def merge_job_data(file_data: Mapping[str, Any] | None, flags: Mapping[str, Any]) -> dict[str, Any]:
+    """Lay flags over a job file: a flag that was given replaces the file's value.
+
+    ``env`` merges key by key, and ``requeue`` field by field; ``None`` flags are ignored.
+    """
+    merged: dict[str, Any] = dict(file_data or {})
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if key in ("env", "requeue") and isinstance(value, Mapping):
+            base = merged.get(key)
+            merged[key] = {**(base if isinstance(base, Mapping) else {}), **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def parse_signal_option(value: str) -> dict[str, Any]:
+    """Parse ``--signal [B:]SIG[@SECONDS]`` into requeue policy fields.
+
+    Raises:
+        BadInputError: The value is not of that form.
+    """
+    match = _SIGNAL_AT.match(value.strip())
+    if not match or not any(match.groups()):
+        raise BadInputError(
+            f"--signal {value!r} is not of the form SIG[@SECONDS]",
+            hint="for example --signal USR2@300: send SIGUSR2 300 s before the time limit",
+        )
+    result: dict[str, Any] = {}
+    if match.group(1):
+        result["signal"] = match.group(1)
+    if match.group(2):
+        result["lead_time"] = int(match.group(2))
+    return result
+
+
+def parse_env_options(items: Sequence[str]) -> dict[str, str]:
+    """Parse ``--env K=V`` options into a mapping (later ones win).
+
+    Raises:
+        BadInputError: An item has no ``=``.
+    """
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise BadInputError(f"--env {item!r} is not of the form NAME=VALUE")
+        env[key] = value
+    return env
+
+
+def job_name_for_path(name: str) -> str:
+    """A job name made safe to use as one path component."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "job"
+    return cleaned[:100]
+
+
+def resolve_spec(spec: JobSpec, site: SiteConfig, *, cwd: Path | None = None) -> JobSpec:
+    """Fill in the site's defaults and check the request against the partition.
+
+    Args:
+        spec: The user's spec.
+        site: The site config.
+        cwd: The folder relative paths are taken from (default: the current directory).
+
+    Returns:
+        A spec with every resource field set (partition, GPUs, tasks, CPUs, time, launcher,
+        name, output and checkpoint dirs, signal and lead time).
+
+    Raises:
+        BadInputError: Unknown partition, more GPUs/nodes/time/CPUs than the partition has, a
+            missing command, or a signal lead time that does not fit the time limit.
+    """
+    if not spec.command:
+        raise BadInputError(
+            "no command to run",
+            hint="put it after '--', for example: hpcjobs submit -N 2 -- python train.py",
+        )
+    part = site.partition(spec.partition)
+    launcher: Launcher = spec.launcher or part.launcher
+    gpus = _check_gpus(spec, part)
+    _check_nodes(spec, part)
+    time = spec.time or site.slurm.time
+    time_s = _check_time(time, part)
+    ntasks = _tasks_per_node(spec, launcher, gpus)
+    cpus = _cpus_per_task(spec, part, gpus, ntasks)
+    requeue = _resolve_requeue(spec.requeue, site, time_s)
+    if spec.container is not None and site.setup.container.runtime == "none":
+        raise BadInputError(
+            f"site {site.name!r} has no container runtime, so the job cannot use an image",
+            hint="drop the container, or ask the admins to set setup.container.runtime",
+        )
+    name = spec.name or Path(spec.command[0]).name or "job"
+    base = cwd or Path.cwd()
+    chdir = _absolute(spec.chdir, base) if spec.chdir else None
+    workdir = Path(chdir) if chdir else base
+    output_dir = _output_dir(spec, site, part, name, workdir)
+    checkpoint = _absolute(spec.checkpoint_dir or str(Path(output_dir) / "checkpoints"), workdir)
+    return spec.model_copy(
+        update={
+            "name": name,
+            "partition": part.name,
+            "gpus_per_node": gpus,
+            "ntasks_per_node": ntasks,
+            "cpus_per_task": cpus,
+            "time": time,
+            "account": spec.account or site.slurm.account,
+            "qos": spec.qos or part.qos or site.slurm.qos,
+            "launcher": launcher,
+            "requeue": requeue,
+            "output_dir": output_dir,
+            "checkpoint_dir": checkpoint,
+            "chdir": chdir,
+        }
+    )
+
+
+def _check_gpus(spec: JobSpec, part: Partition) -> int:
+    gpus = part.gpus_per_node if spec.gpus_per_node is None else spec.gpus_per_node
+    if gpus > part.gpus_per_node:
+        raise BadInputError(
+            f"{gpus} GPUs per node requested, but nodes in partition {part.name!r} have "
+            f"{part.gpus_per_node}",
+            hint=f"ask for at most --gpus-per-node={part.gpus_per_node}, or pick another partition",
+        )
+    return gpus
+
+
+def _check_nodes(spec: JobSpec, part: Partition) -> None:
+    if spec.nodes > part.max_nodes:
+        raise BadInputError(
+            f"{spec.nodes} nodes requested, but partition {part.name!r} allows at most "
+            f"{part.max_nodes}",
+            hint=f"ask for at most -N {part.max_nodes}, or pick another partition",
+        )
+
+
+def _check_time(time: str, part: Partition) -> int | None:
+    seconds = parse_slurm_time(time)
+    limit = part.max_time_seconds
+    if limit is not None and (seconds is None or seconds > limit):
+        raise BadInputError(
+            f"time limit {time} is longer than partition {part.name!r} allows ({part.max_time})",
+            hint=f"ask for at most -t {part.max_time}",
+        )
+    return seconds
+
+
+def _tasks_per_node(spec: JobSpec, launcher: Launcher, gpus: int) -> int:
+    if spec.ntasks_per_node is not None:
+        if launcher == "none" and spec.ntasks_per_node != 1:
+            raise BadInputError(
+                "the 'none' launcher runs the command once, so it takes no --ntasks-per-node",
+                hint="use --launcher srun or torchrun to start one process per rank",
+            )
+        return spec.ntasks_per_node
+    if launcher == "none":
+        return 1
+    return max(gpus, 1)
+
+
+def _cpus_per_task(spec: JobSpec, part: Partition, gpus: int, ntasks: int) -> int:
+    if part.gpus_per_node and gpus:
+        share = part.cpus_per_node * gpus // part.gpus_per_node
+    else:
+        share = part.cpus_per_node
+    cpus = spec.cpus_per_task or max(1, share // ntasks)
+    if cpus * ntasks > part.cpus_per_node:
+        raise BadInputError(
+            f"{ntasks} tasks x {cpus} CPUs per node requested, but nodes in partition "
+            f"{part.name!r} have {part.cpus_per_node} CPUs",
+            hint="lower --cpus-per-task or --ntasks-per-node",
+        )
+    return cpus
+
+
+def _resolve_requeue(policy: RequeuePolicy, site: SiteConfig, time_s: int | None) -> RequeuePolicy:
+    signal = policy.signal or site.requeue.signal
+    lead = policy.lead_time if policy.lead_time is not None else site.requeue.lead_time
+    lead = min(lead, MAX_SIGNAL_LEAD)
+    if time_s is not None and lead >= time_s:
+        raise BadInputError(
+            f"the warning signal would come {lead} s before the end, but the job only runs "
+            f"{time_s} s",
+            hint=f"ask for more time, or a shorter lead time such as --signal {signal}@"
+            f"{max(1, time_s // 4)}",
+        )
+    if signal == "USR1":
+        log.warning("NCCL installs its own SIGUSR1 handler; USR2 is the safer warning signal")
+    budget: dict[str, int] = site.requeue.max_requeues.model_dump()
+    for cause, count in policy.max_requeues.items():
+        budget[cause] = count
+    return RequeuePolicy(enabled=policy.enabled, signal=signal, lead_time=lead, max_requeues=budget)
+
+
+def _output_dir(spec: JobSpec, site: SiteConfig, part: Partition, name: str, base: Path) -> str:
+    if spec.output_dir is not None:
+        raw = spec.output_dir
+    else:
+        raw = site.slurm.output_dir.format(
+            job_name=job_name_for_path(name),
+            user=job_name_for_path(_user()),
+            site=site.name,
+            partition=part.name,
+        )
+    if "%" in raw:
+        raise BadInputError(
+            f"output dir {raw!r} contains '%', which Slurm would read as a file name pattern",
+            hint="choose an output dir without '%'",
+        )
+    return _absolute(raw, base)
+
+
+def _absolute(path: str, base: Path) -> str:
+    expanded = Path(os.path.expanduser(path))
+    return os.path.normpath(expanded if expanded.is_absolute() else base / expanded)
+
+
+def _user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):  # pragma: no cover - platform dependent
+        return os.environ.get("USER", "user")
+
+
+def _format_errors(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        where = _dotted(error.get("loc", ()))
+        message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+        if error.get("type") == "extra_forbidden":
+            message = "unknown field"
+        lines.append(f"  {where}: {message}" if where else f"  {message}")
+    return "\n".join(lines)
+
+
+def _dotted(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not str(part).startswith(("function-", "constrained-")):
+            out += f".{part}" if out else str(part)
+    return out
+
+
+__all__ = [
+    "LAUNCHERS",
+    "MANAGED_ENV",
+    "ContainerSpec",
+    "JobSpec",
+    "Launcher",
+    "RequeuePolicy",
+    "job_name_for_path",
+    "load_job_file",
+    "merge_job_data",
+    "parse_env_options",
+    "parse_signal_option",
+    "parse_spec",
+    "resolve_spec",
+]

@@ -1,0 +1,291 @@
+"""Turn a job spec and a site config into a batch script plus the exact ``sbatch`` argv.
+
+Scheduler options travel as ``sbatch`` arguments, which beat both ``#SBATCH`` lines and
+inherited ``SBATCH_*`` variables. The script repeats, as ``#SBATCH`` lines, only the options
+whose text is made of characters sbatch's directive parser treats literally (see
+:func:`is_directive_safe`), so the saved script can also be resubmitted by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcjobs.binding import BindingPlan, plan_binding
+from hpcjobs.config.models import Partition, SiteConfig, Topology
+from hpcjobs.errors import BadInputError
+from hpcjobs.jobspec import JobSpec, resolve_spec
+from hpcjobs.sbatchopts import check_sbatch_options
+from hpcjobs.templating import (
+    BLOCKS,
+    Raw,
+    block_file,
+    find_template,
+    make_environment,
+    render_template,
+    search_path,
+)
+from hpcjobs.tuning import EnvVar, is_tuning_var, tuning_env
+
+#: Characters an ``#SBATCH`` line may hold and still mean exactly what it says: no blanks,
+#: quotes, backslashes or ``#`` (which sbatch's directive parser would interpret).
+_DIRECTIVE_SAFE = re.compile(r"^--[a-z][a-z-]*(=[A-Za-z0-9._:@%/+,=-]+)?$")
+
+#: First port of the range MASTER_PORT is derived from (``base + job_id % span``).
+MASTER_PORT_BASE = 20000
+MASTER_PORT_SPAN = 20000
+
+
+@dataclass(frozen=True)
+class RenderedJob:
+    """A rendered job: the script, the ``sbatch`` options, and what they were made from.
+
+    ``sbatch_args`` holds options only: run ``sbatch [--parsable] *sbatch_args SCRIPT``.
+    ``blocks`` maps each block (and ``main``) to the template file that served it.
+    """
+
+    script: str
+    sbatch_args: list[str]
+    spec: JobSpec
+    site_name: str
+    output_dir: Path
+    blocks: dict[str, str]
+    binding: BindingPlan | None = None
+    env: list[EnvVar] = field(default_factory=list)
+
+    def sbatch_argv(self, script_path: str | Path, *, parsable: bool = True) -> list[str]:
+        """The full command line that submits this job from ``script_path``."""
+        head = ["sbatch", "--parsable"] if parsable else ["sbatch"]
+        return [*head, *self.sbatch_args, str(script_path)]
+
+
+def render_job(
+    spec: JobSpec, site: SiteConfig, *, template_dirs: list[Path] | None = None
+) -> RenderedJob:
+    """Render ``spec`` for ``site``.
+
+    Args:
+        spec: The job as the user described it (defaults are filled in from the site).
+        site: The site config.
+        template_dirs: Extra template folders, searched before all others.
+
+    Returns:
+        The rendered job.
+
+    Raises:
+        BadInputError: The spec does not fit the site (exit 2).
+        TemplateError: A template is missing or broken.
+    """
+    job = resolve_spec(spec, site)
+    assert job.partition is not None and job.launcher is not None
+    part = site.partition(job.partition)
+    topology = site.topology_for(part)
+    extra = check_sbatch_options(job.sbatch_options)
+    plan = _plan(job, part, topology)
+    tuning = tuning_env(
+        site,
+        part,
+        topology,
+        topology_name=part.topology,
+        user_env=job.env,
+        nccl_debug=job.nccl_debug,
+    )
+    args = sbatch_args(job, part, extra)
+    dirs = search_path(site.name, template_dirs)
+    main = f"{job.template}.sh.j2"
+    sources = {"main": find_template(main, dirs)}
+    sources.update({block: find_template(block_file(block), dirs) for block in BLOCKS})
+    context = _context(job, site, part, plan, tuning, args, topology)
+    script = render_template(make_environment(dirs), main, context)
+    return RenderedJob(
+        script=script,
+        sbatch_args=args,
+        spec=job,
+        site_name=site.name,
+        output_dir=Path(job.output_dir or "."),
+        blocks={name: str(src.path) for name, src in sources.items() if src is not None},
+        binding=plan,
+        env=tuning,
+    )
+
+
+def sbatch_args(job: JobSpec, part: Partition, extra: list[str]) -> list[str]:
+    """The ``sbatch`` options of a resolved job, in a fixed order."""
+    ranks = job.ntasks_per_node or 1
+    cpus = job.cpus_per_task or 1
+    if job.launcher == "torchrun":
+        tasks, cpus = 1, cpus * ranks
+    else:
+        tasks = ranks
+    array = job.array is not None
+    log = "slurm-%A_%a.out" if array else "slurm-%j.out"
+    assert job.requeue.signal is not None and job.requeue.lead_time is not None
+    args = [
+        f"--job-name={job.name}",
+        f"--partition={job.partition}",
+        f"--nodes={job.nodes}",
+        f"--ntasks-per-node={tasks}",
+        f"--cpus-per-task={cpus}",
+    ]
+    if job.gpus_per_node:
+        kind = f"{part.gpu_type}:" if part.gpu_type else ""
+        args.append(f"--gpus-per-node={kind}{job.gpus_per_node}")
+    args.append(f"--time={job.time}")
+    if job.account:
+        args.append(f"--account={job.account}")
+    if job.qos:
+        args.append(f"--qos={job.qos}")
+    if job.chdir:
+        args.append(f"--chdir={job.chdir}")
+    args += [
+        f"--output={job.output_dir}/{log}",
+        "--open-mode=append",
+        f"--signal=B:{job.requeue.signal}@{job.requeue.lead_time}",
+        "--requeue" if job.requeue.enabled else "--no-requeue",
+    ]
+    if job.array:
+        args.append(f"--array={job.array}")
+    if job.dependency:
+        args.append(f"--dependency={job.dependency}")
+    return args + extra
+
+
+def is_directive_safe(option: str) -> bool:
+    """Whether ``option`` reads the same on an ``#SBATCH`` line as on the command line."""
+    return bool(_DIRECTIVE_SAFE.match(option))
+
+
+def master_port_expr() -> str:
+    """The bash arithmetic that derives MASTER_PORT from the job id."""
+    return f"$(( {MASTER_PORT_BASE} + SLURM_JOB_ID % {MASTER_PORT_SPAN} ))"
+
+
+def _plan(job: JobSpec, part: Partition, topology: Topology | None) -> BindingPlan | None:
+    if not job.bind or job.launcher == "none" or topology is None:
+        return None
+    assert part.topology is not None
+    return plan_binding(
+        topology,
+        topology_name=part.topology,
+        gpus_per_node=job.gpus_per_node or 0,
+        ranks_per_node=job.ntasks_per_node or 1,
+    )
+
+
+def _context(
+    job: JobSpec,
+    site: SiteConfig,
+    part: Partition,
+    plan: BindingPlan | None,
+    tuning: list[EnvVar],
+    args: list[str],
+    topology: Topology | None,
+) -> dict[str, Any]:
+    tuned = {var.name: var for var in tuning}
+    user_env = [
+        EnvVar(k, v, "job") for k, v in job.env.items() if not (is_tuning_var(k) or k in tuned)
+    ]
+    hpcjobs_env = [
+        EnvVar("HPCJOBS_RUN_DIR", job.output_dir or "", "hpcjobs"),
+        EnvVar("HPCJOBS_CHECKPOINT_DIR", job.checkpoint_dir or "", "hpcjobs"),
+        EnvVar("HPCJOBS_SIGNAL", job.requeue.signal or "", "hpcjobs"),
+    ]
+    per_rank_nics = bool(
+        plan is not None
+        and plan.has_nics
+        and tuned.get("NCCL_IB_HCA", EnvVar("", "", "")).origin.startswith("topology")
+    )
+    signals = [job.requeue.signal or "USR2"]
+    if "TERM" not in signals:
+        signals.append("TERM")
+    container = _container(job, site)
+    return {
+        "site": site.name,
+        "partition": part.name,
+        "topology": part.topology,
+        "job": job,
+        "launcher": job.launcher,
+        "command": job.command,
+        "nodes": job.nodes,
+        "ranks_per_node": job.ntasks_per_node or 1,
+        "cpus_per_rank": job.cpus_per_task or 1,
+        "gpus_per_node": job.gpus_per_node or 0,
+        "sbatch_args": args,
+        "sbatch_directives": [a for a in args if is_directive_safe(a)],
+        "modules": site.setup.modules,
+        "setup_lines": [Raw(line) for line in site.setup.lines],
+        "user_env": user_env,
+        "hpcjobs_env": hpcjobs_env,
+        "tuning": tuning,
+        "plan": plan,
+        "bind": plan is not None,
+        "per_rank_nics": per_rank_nics,
+        "signal": job.requeue.signal,
+        "forward_signals": signals,
+        "requeue": job.requeue,
+        "container": container,
+        "torchrun": job.torchrun,
+        "master_port_expr": Raw(master_port_expr()),
+        "has_topology": topology is not None,
+    }
+
+
+def _container(job: JobSpec, site: SiteConfig) -> dict[str, Any] | None:
+    """The container settings for the templates, from the job and the site's defaults.
+
+    ``srun_args`` are srun options (pyxis puts the task in the container); ``prefix`` goes in
+    front of the command (enroot, apptainer), inside the binding so the runtime inherits it.
+    """
+    runtime = site.setup.container.runtime
+    if runtime == "none":
+        return None
+    if job.container is None:
+        if not site.setup.container.image:
+            return None
+        image = site.setup.container.image
+        mounts = list(site.setup.container.mounts)
+        workdir = None
+    else:
+        image = job.container.image
+        mounts = [*site.setup.container.mounts, *job.container.mounts]
+        workdir = job.container.workdir
+    srun_args: list[str] = []
+    prefix: list[str] = []
+    if runtime == "pyxis":
+        srun_args.append(f"--container-image={image}")
+        if mounts:
+            srun_args.append("--container-mounts=" + ",".join(mounts))
+        if workdir:
+            srun_args.append(f"--container-workdir={workdir}")
+    elif runtime == "apptainer":
+        prefix = ["apptainer", "exec"]
+        if job.gpus_per_node:
+            prefix.append("--nv")
+        for mount in mounts:
+            prefix += ["--bind", mount]
+        if workdir:
+            prefix += ["--pwd", workdir]
+        prefix.append(image)
+    else:
+        if workdir:
+            raise BadInputError(
+                "enroot cannot set the container's working directory",
+                hint="drop the container workdir, or cd in the command",
+            )
+        prefix = ["enroot", "start"]
+        for mount in mounts:
+            prefix += ["--mount", mount]
+        prefix.append(image)
+    return {
+        "runtime": runtime,
+        "image": image,
+        "mounts": mounts,
+        "workdir": workdir,
+        "srun_args": srun_args,
+        "prefix": prefix,
+    }
+
+
+__all__ = ["RenderedJob", "is_directive_safe", "master_port_expr", "render_job", "sbatch_args"]

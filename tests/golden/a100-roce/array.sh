@@ -1,0 +1,183 @@
+#!/bin/bash
+# shellcheck disable=SC2317,SC2329,SC1091  # functions run in the ranks (through bash -c); site files are sourced
+#SBATCH --job-name=sweep
+#SBATCH --partition=finetune
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=32
+#SBATCH --gpus-per-node=a100:4
+#SBATCH --time=01:00:00
+#SBATCH --output=/home/user/hpcjobs/runs/sweep/slurm-%A_%a.out
+#SBATCH --open-mode=append
+#SBATCH --signal=B:USR2@180
+#SBATCH --requeue
+#SBATCH --array=0-7%2
+#
+# Job script rendered by hpcjobs for site a100-roce, partition finetune.
+# hpcjobs submits it with these options (they override the #SBATCH lines above):
+#   sbatch --job-name=sweep --partition=finetune --nodes=1 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-node=a100:4 --time=01:00:00 --output=/home/user/hpcjobs/runs/sweep/slurm-%A_%a.out --open-mode=append --signal=B:USR2@180 --requeue --array=0-7%2 SCRIPT
+
+# --- environment: modules, site setup, job variables ---
+set -eo pipefail
+module load cuda/12.2
+export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/sweep
+export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/sweep/checkpoints
+export HPCJOBS_SIGNAL=USR2
+export HPCJOBS_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"
+export PYTHONUNBUFFERED=1  # hpcjobs: logs reach the output file as they are written
+(umask 077 && mkdir -p "$HPCJOBS_CHECKPOINT_DIR")
+
+# --- NCCL / UCX / Gloo tuning (origin after each value) ---
+export NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1'  # topology a100-roce
+export UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1  # topology a100-roce
+export NCCL_IB_GID_INDEX=3  # profile roce
+export NCCL_NET_GDR_LEVEL=PHB  # topology a100-roce
+export NCCL_SOCKET_IFNAME=ens1f0np0  # topology a100-roce
+export GLOO_SOCKET_IFNAME=ens1f0np0  # topology a100-roce
+export NCCL_IB_TC=106  # profile roce
+export NCCL_IB_TIMEOUT=22  # profile roce
+export NCCL_IB_RETRY_CNT=7  # profile roce
+export NCCL_IB_QPS_PER_CONNECTION=2  # partition finetune
+export NCCL_DEBUG=WARN  # profile roce
+export UCX_IB_GID_INDEX=3  # profile roce
+
+# --- binding: rank variables and per-rank placement on topology a100-roce ---
+# Planned placement when the job gets the node's GPUs in order:
+#   local rank 0: GPU 0 | CPUs 0-15,64-79 | memory node 0 | NIC mlx5_0:1
+#   local rank 1: GPU 1 | CPUs 16-31,80-95 | memory node 0 | NIC mlx5_0:1
+#   local rank 2: GPU 2 | CPUs 32-47,96-111 | memory node 1 | NIC mlx5_1:1
+#   local rank 3: GPU 3 | CPUs 48-63,112-127 | memory node 1 | NIC mlx5_1:1
+# A rank looks its GPUs up in the allocation Slurm made, so partial nodes bind correctly too.
+hpcjobs_note() {
+  # Placement problems are reported from the first node only, so a big job logs them once.
+  if [ "${SLURM_NODEID:-0}" = 0 ]; then echo "hpcjobs: $*" >&2; fi
+}
+hpcjobs_bind_exec() {
+  # Run "$@" bound to CPUs $1 and memory nodes $2. numactl is preferred, taskset binds CPUs
+  # only; a binding that cannot be applied here is skipped, never fatal.
+  local cpus=$1 mems=$2
+  shift 2
+  if [ -z "$cpus" ]; then exec "$@"; fi
+  if command -v numactl >/dev/null 2>&1; then
+    if [ -n "$mems" ] && numactl --physcpubind="$cpus" --membind="$mems" true 2>/dev/null; then
+      exec numactl --physcpubind="$cpus" --membind="$mems" -- "$@"
+    fi
+    if numactl --physcpubind="$cpus" true 2>/dev/null; then
+      exec numactl --physcpubind="$cpus" -- "$@"
+    fi
+  elif command -v taskset >/dev/null 2>&1; then
+    if taskset -c "$cpus" true 2>/dev/null; then
+      exec taskset -c "$cpus" "$@"
+    fi
+  else
+    if [ "${LOCAL_RANK:-0}" = 0 ]; then
+      hpcjobs_note "neither numactl nor taskset is installed on $(hostname): ranks run unbound"
+    fi
+    exec "$@"
+  fi
+  hpcjobs_note "cannot bind local rank ${LOCAL_RANK:-0} to CPUs $cpus on $(hostname): it runs unbound"
+  exec "$@"
+}
+hpcjobs_rank() {
+  # Runs as each rank: sets its variables and placement, then becomes "$@".
+  trap '' USR2  # the program starts with SIGUSR2 ignored until it installs a handler
+  export RANK="${SLURM_PROCID:-0}" LOCAL_RANK="${SLURM_LOCALID:-0}" WORLD_SIZE="${SLURM_NTASKS:-1}"
+  export LOCAL_WORLD_SIZE=4 NODE_RANK="${SLURM_NODEID:-0}"
+  local per=1 rank="${LOCAL_RANK:-0}" i idx gpu c m n
+  local cpus="" mems="" nics="" visible=""
+  local -a alloc vis
+  IFS=, read -r -a alloc <<< "${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-${CUDA_VISIBLE_DEVICES:-}}}"
+  IFS=, read -r -a vis <<< "${CUDA_VISIBLE_DEVICES:-}"
+  for (( i = 0; i < per; i++ )); do
+    idx=$(( rank * per + i ))
+    gpu=${alloc[idx]:-$idx}
+    visible=${visible:+$visible,}${vis[idx]:-$gpu}
+    case $gpu in
+      0) c=0-15,64-79 m=0 n=mlx5_0:1 ;;
+      1) c=16-31,80-95 m=0 n=mlx5_0:1 ;;
+      2) c=32-47,96-111 m=1 n=mlx5_1:1 ;;
+      3) c=48-63,112-127 m=1 n=mlx5_1:1 ;;
+      *) c="" m="" n="" ;;
+    esac
+    if [ -n "$c" ]; then cpus=${cpus:+$cpus,}$c; fi
+    if [ -n "$m" ]; then
+      case ",$mems," in *",$m,"*) ;; *) mems=${mems:+$mems,}$m ;; esac
+    fi
+    if [ -n "$n" ]; then
+      case ",$nics," in *",$n,"*) ;; *) nics=${nics:+$nics,}$n ;; esac
+    fi
+  done
+  export CUDA_VISIBLE_DEVICES="$visible"
+  if [ -n "$nics" ]; then export NCCL_IB_HCA="=$nics" UCX_NET_DEVICES="$nics"; fi
+  hpcjobs_bind_exec "$cpus" "$mems" "$@"
+}
+export -f hpcjobs_rank hpcjobs_bind_exec hpcjobs_note
+# Report once, from the batch step, what this host cannot bind; ranks then bind CPUs only.
+if ! command -v numactl >/dev/null 2>&1; then
+  echo "hpcjobs: numactl is not installed on $(hostname): ranks are bound to CPUs only" >&2
+else
+  if [ ! -d /sys/devices/system/node/node0 ]; then
+    echo "hpcjobs: memory node 0 does not exist on $(hostname): its ranks are bound to CPUs only" >&2
+  fi
+  if [ ! -d /sys/devices/system/node/node1 ]; then
+    echo "hpcjobs: memory node 1 does not exist on $(hostname): its ranks are bound to CPUs only" >&2
+  fi
+fi
+
+# --- signal: forward SIGUSR2 and SIGTERM to the launcher, wait until it really exits ---
+set +e
+hpcjobs_child=""
+hpcjobs_trapped=0
+hpcjobs_status=0
+hpcjobs_forward() {
+  hpcjobs_trapped=1
+  if [ -n "$hpcjobs_child" ]; then
+    echo "hpcjobs: SIG$1 received, forwarding it to the launcher (pid $hpcjobs_child)" >&2
+    kill -s "$1" "$hpcjobs_child" 2>/dev/null || true
+  fi
+}
+trap 'hpcjobs_forward USR2' USR2
+trap 'hpcjobs_forward TERM' TERM
+hpcjobs_start() {
+  # Become "$@" with the warning signal ignored: Slurm signals every process of a step, so
+  # launchers (torchrun) must not die of it, and a program opts in by installing a handler.
+  trap '' USR2
+  exec "$@"
+}
+export -f hpcjobs_start
+hpcjobs_wait() {
+  # wait returns 128+N when a trapped signal interrupts it: keep waiting until the child is gone.
+  local rc prev=""
+  while :; do
+    hpcjobs_trapped=0
+    wait "$hpcjobs_child"
+    rc=$?
+    if [ "$rc" -eq 127 ] && [ -n "$prev" ]; then rc=$prev; break; fi
+    if [ "$hpcjobs_trapped" -eq 0 ] || [ "$rc" -le 128 ]; then break; fi
+    prev=$rc
+  done
+  hpcjobs_status=$rc
+}
+
+# --- launch: srun ---
+# Rendezvous on the first node's address (NodeAddr, which resolves even where node names do
+# not), on a port derived from the job id so that jobs sharing a node do not collide.
+hpcjobs_head=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-localhost}" | head -n 1)
+MASTER_ADDR=$(scontrol show node "$hpcjobs_head" 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p' | head -n 1)
+export MASTER_ADDR="${MASTER_ADDR:-$hpcjobs_head}"
+export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))
+# One task per rank; each becomes the command through hpcjobs_rank.
+# shellcheck disable=SC2016
+srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=32 --kill-on-bad-exit=1 \
+  bash -c 'hpcjobs_rank "$@"' hpcjobs-rank \
+  python sweep.py --trial-from-env &
+hpcjobs_child=$!
+hpcjobs_wait
+
+# --- requeue: decide whether this run comes back ---
+# Policy: signal USR2 180 s before the limit; Slurm requeue on; budgets: preemption=50 timeout=10 node_failure=5 application=0.
+
+# For now the job ends with the launcher's exit status.
+exit "$hpcjobs_status"
+# --- dry run: nothing was submitted; hpcjobs would run ---
+# sbatch --job-name=sweep --partition=finetune --nodes=1 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-node=a100:4 --time=01:00:00 --output=/home/user/hpcjobs/runs/sweep/slurm-%A_%a.out --open-mode=append --signal=B:USR2@180 --requeue --array=0-7%2 SCRIPT
