@@ -169,6 +169,7 @@ class RequeuePolicy(_Model):
         Literal["preemption", "timeout", "node_failure", "application"],
         Annotated[int, Field(ge=0)],
     ] = Field(default_factory=dict)
+    max_total: Annotated[int, Field(ge=0)] | None = None
 
 
 class JobSpec(_Model):
@@ -433,7 +434,13 @@ def _resolve_requeue(policy: RequeuePolicy, site: SiteConfig, time_s: int | None
     budget: dict[str, int] = site.requeue.max_requeues.model_dump()
     for cause, count in policy.max_requeues.items():
         budget[cause] = count
-    return RequeuePolicy(enabled=policy.enabled, signal=signal, lead_time=lead, max_requeues=budget)
+    return RequeuePolicy(
+        enabled=policy.enabled,
+        signal=signal,
+        lead_time=lead,
+        max_requeues=budget,
+        max_total=policy.max_total,
+    )
 
 
 def _output_dir(spec: JobSpec, site: SiteConfig, part: Partition, name: str, base: Path) -> str:

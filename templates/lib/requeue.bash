@@ -1,4 +1,4 @@
-# ---- hpcjobs requeue library (bash; needs only scontrol, squeue and sbatch) ----------------
+# {% raw %}# ---- hpcjobs requeue library (bash; needs only scontrol, squeue and sbatch) ----------------
 # Decides, after the workload exits, whether the job is finished, failed, or continues from its
 # last checkpoint; keeps a per-job event log ("chain"); and resumes fast:
 #   * preemption / timeout: a continuation job is submitted with --dependency=afterany:<this job>
@@ -6,7 +6,8 @@
 #     starts as soon as resources are free, instead of after Slurm's ~2 minute requeue hold.
 #   * node failure: Slurm requeues the job itself (same job id, SLURM_RESTART_COUNT+1).
 # The policy mirrors hpcjobs.requeue.decide(); keep the two in step.
-# Inputs: HPCJOBS_RUN_DIR, HPCJOBS_CHECKPOINT_DIR, HPCJOBS_SIGNAL_LEAD (s),
+# Inputs: HPCJOBS_RUN_DIR (shared folder for the event log), HPCJOBS_CHAIN_ROOT (set only
+#         for continuations), HPCJOBS_CHECKPOINT_DIR, HPCJOBS_SIGNAL_LEAD (s),
 #         HPCJOBS_MAX_REQUEUE_{PREEMPTION,TIMEOUT,NODE_FAILURE,APPLICATION}, HPCJOBS_MAX_REQUEUES
 #         (total, empty = no limit), and the array HPCJOBS_SBATCH_ARGS (this job's sbatch options).
 
@@ -14,14 +15,24 @@ hpcjobs_log() {
     printf '%s hpcjobs[%s]: %s\n' "$(date +%H:%M:%S)" "${SLURM_JOB_ID:-?}" "$*" >&2
 }
 
+# This run's job id as users write it: 1234, or 1234_7 for an array task.
+hpcjobs_self_id() {
+    if [[ -n ${SLURM_ARRAY_JOB_ID:-} && -n ${SLURM_ARRAY_TASK_ID:-} ]]; then
+        echo "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+    else
+        echo "${SLURM_JOB_ID:-0}"
+    fi
+}
+
+# One event log per chain of runs, named after the chain's first job id.
 hpcjobs_chain_file() {
-    printf '%s/chain%s.tsv' "$HPCJOBS_RUN_DIR" "${SLURM_ARRAY_TASK_ID:+-$SLURM_ARRAY_TASK_ID}"
+    printf '%s/chain-%s.tsv' "$HPCJOBS_RUN_DIR" "${HPCJOBS_CHAIN_ROOT:-$(hpcjobs_self_id)}"
 }
 
 # hpcjobs_event EVENT CAUSE DETAIL: one tab-separated line per event.
 hpcjobs_event() {
     local detail=${3//[$'\t\n']/ }
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date +%s.%N)" "${SLURM_JOB_ID:-0}" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date +%s.%N)" "$(hpcjobs_self_id)" \
         "${SLURM_RESTART_COUNT:-0}" "$1" "$2" "$detail" >>"$(hpcjobs_chain_file)"
 }
 
@@ -63,11 +74,11 @@ hpcjobs_position() {
 }
 
 hpcjobs_is_done() {
-    [[ -f $HPCJOBS_CHECKPOINT_DIR/DONE || -f $HPCJOBS_RUN_DIR/DONE${SLURM_ARRAY_TASK_ID:+-$SLURM_ARRAY_TASK_ID} ]]
+    [[ -f $HPCJOBS_CHECKPOINT_DIR/DONE || -f $HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT ]]
 }
 
 hpcjobs_mark_done() {
-    : >"$HPCJOBS_RUN_DIR/DONE${SLURM_ARRAY_TASK_ID:+-$SLURM_ARRAY_TASK_ID}"
+    : >"$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT"
 }
 
 # hpcjobs_budget CAUSE: the per-cause requeue budget.
@@ -85,9 +96,14 @@ hpcjobs_budget() {
 # Exits the job when it is already finished or out of budget.
 hpcjobs_begin() {
     mkdir -p "$HPCJOBS_RUN_DIR" "$HPCJOBS_CHECKPOINT_DIR"
-    local first
-    first=$(head -n 1 "$(hpcjobs_chain_file)" 2>/dev/null | cut -f2)
-    export HPCJOBS_CHAIN_ROOT=${first:-${SLURM_JOB_ID:-0}}
+    # A continuation carries its chain's root; anything else starts a chain of its own.
+    local self
+    self=$(hpcjobs_self_id)
+    if [[ -n ${HPCJOBS_CHAIN_ROOT:-} ]] &&
+        ! grep -q "continued as job ${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-x}}\( \|\$\|_\)" "$(hpcjobs_chain_file)" 2>/dev/null; then
+        HPCJOBS_CHAIN_ROOT=$self
+    fi
+    export HPCJOBS_CHAIN_ROOT=${HPCJOBS_CHAIN_ROOT:-$self}
     if ((${SLURM_RESTART_COUNT:-0} > 0)) && [[ $(hpcjobs_last_event) != requeue ]]; then
         # Slurm requeued this job by itself: a node failed (or an admin requeued it).
         hpcjobs_event requeue node_failure \
@@ -101,8 +117,10 @@ hpcjobs_begin() {
             exit 1
         fi
     fi
-    export HPCJOBS_RESTART_COUNT
-    HPCJOBS_RESTART_COUNT=$(hpcjobs_count start)
+    # Runs before this one: starts in the log, or Slurm's own count if that is higher.
+    local starts
+    starts=$(hpcjobs_count start)
+    export HPCJOBS_RESTART_COUNT=$((starts > ${SLURM_RESTART_COUNT:-0} ? starts : ${SLURM_RESTART_COUNT:-0}))
     if hpcjobs_is_done; then
         hpcjobs_event end finish "done marker present"
         hpcjobs_log "the job already finished (done marker present); nothing to do"
@@ -174,9 +192,11 @@ hpcjobs_continue() {
     for name in $(compgen -e); do
         [[ $name =~ ^(SLURM|SBATCH|SALLOC|SRUN)_ && $name != SLURM_CONF ]] && unset_vars+=(-u "$name")
     done
-    if new=$(cd "${SLURM_SUBMIT_DIR:-$HPCJOBS_RUN_DIR}" && env "${unset_vars[@]}" sbatch --parsable \
+    if new=$(cd "${SLURM_SUBMIT_DIR:-$HPCJOBS_RUN_DIR}" && env "${unset_vars[@]}" \
+        HPCJOBS_CHAIN_ROOT="$HPCJOBS_CHAIN_ROOT" sbatch --parsable \
         "--dependency=afterany:$SLURM_JOB_ID" "${args[@]}" "$0" 2>&1); then
         new=${new%%;*}
+        [[ -n ${SLURM_ARRAY_TASK_ID:-} ]] && new="${new}_$SLURM_ARRAY_TASK_ID"
         if ! scontrol update "jobid=$SLURM_JOB_ID" Requeue=0 >/dev/null 2>&1; then
             hpcjobs_log "could not mark job $SLURM_JOB_ID Requeue=0; Slurm may also requeue it"
         fi
@@ -235,3 +255,4 @@ hpcjobs_finish() {
     echo 0
 }
 # ---- end of hpcjobs requeue library ----------------------------------------------------------
+# {% endraw +%}

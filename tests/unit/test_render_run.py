@@ -112,11 +112,13 @@ def job(folder: Path, mode: str, seconds: float, **fields: object) -> JobSpec:
 
 @pytest.mark.parametrize(
     ("launcher", "sig", "status"),
-    [("none", signal.SIGUSR2, 3), ("none", signal.SIGTERM, 5), ("srun", signal.SIGUSR2, 3)],
+    [("none", signal.SIGUSR2, 0), ("none", signal.SIGTERM, 5), ("srun", signal.SIGUSR2, 0)],
 )
-def test_signal_is_forwarded_and_the_status_is_the_programs(
+def test_signal_is_forwarded_then_the_requeue_policy_decides(
     sandbox_site: SiteConfig, tmp_path: Path, launcher: str, sig: signal.Signals, status: int
 ) -> None:
+    """The warning signal reaches every rank once; the job then continues (exit 0, a
+    continuation depending on this job); a plain SIGTERM is a cancellation (program's status)."""
     spec = job(tmp_path, "handle", 30, launcher=launcher, gpus_per_node=2)
     proc = start(render_job(spec, sandbox_site), tmp_path)
     ranks = 1 if launcher == "none" else 2
@@ -127,6 +129,12 @@ def test_signal_is_forwarded_and_the_status_is_the_programs(
     assert f"SIG{sig.name.removeprefix('SIG')} received, forwarding it" in err
     got = sorted(p.name for p in (tmp_path / "out").glob("got-*"))
     assert got == [f"got-{r}-{sig.name}" for r in range(ranks)]
+    submitted = (tmp_path / "sbatch.log").read_text() if sig == signal.SIGUSR2 else ""
+    if sig == signal.SIGUSR2:
+        assert "--dependency=afterany:4242" in submitted
+        assert "Requeue=0" in (tmp_path / "scontrol.log").read_text()
+    else:
+        assert not (tmp_path / "sbatch.log").exists()
 
 
 def test_programs_without_a_handler_ignore_the_warning(

@@ -118,7 +118,7 @@ def _bash_cause_and_run(
     ckpt.mkdir(parents=True, exist_ok=True)
     if case.done:
         (ckpt / "DONE").write_text("{}")
-    chain = run_dir / "chain.tsv"
+    chain = run_dir / "chain-100.tsv"
     lines = []
     for cause, count in case.counts.items():
         lines += [f"1.0\t100\t0\trequeue\t{cause.value}\tcontinued\n"] * count
@@ -207,13 +207,13 @@ def test_bash_begin_counts_slurm_requeue_as_node_failure(tmp_path: Path) -> None
     }
     script = f"source {LIBRARY}\nhpcjobs_begin\necho restart=$HPCJOBS_RESTART_COUNT\n"
     run_dir.mkdir()
-    (run_dir / "chain.tsv").write_text("1.0\t7\t0\tstart\t-\tcheckpoint=-1\n")
+    (run_dir / "chain-7.tsv").write_text("1.0\t7\t0\tstart\t-\tcheckpoint=-1\n")
     proc = subprocess.run(
         ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30
     )
     assert proc.returncode == 0, proc.stderr
     assert "restart=1" in proc.stdout
-    events = (run_dir / "chain.tsv").read_text().splitlines()
+    events = (run_dir / "chain-7.tsv").read_text().splitlines()
     assert events[1].split("\t")[3:5] == ["requeue", "node_failure"]
     # A second node failure exceeds the budget of 1: the job gives up at once.
     env["SLURM_RESTART_COUNT"] = "2"

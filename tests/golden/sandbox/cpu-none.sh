@@ -21,7 +21,6 @@ set -eo pipefail
 export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/preprocess
 export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/preprocess/checkpoints
 export HPCJOBS_SIGNAL=USR2
-export HPCJOBS_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"
 export PYTHONUNBUFFERED=1  # hpcjobs: logs reach the output file as they are written
 (umask 077 && mkdir -p "$HPCJOBS_CHECKPOINT_DIR")
 
@@ -40,8 +39,15 @@ set +e
 hpcjobs_child=""
 hpcjobs_trapped=0
 hpcjobs_status=0
+hpcjobs_signal_seen=""
 hpcjobs_forward() {
   hpcjobs_trapped=1
+  # "warning" (preemption or the time limit is near) wins over a plain SIGTERM.
+  if [ "$1" = TERM ] && [ "$1" != USR2 ]; then
+    hpcjobs_signal_seen=${hpcjobs_signal_seen:-term}
+  else
+    hpcjobs_signal_seen=warning
+  fi
   if [ -n "$hpcjobs_child" ]; then
     echo "hpcjobs: SIG$1 received, forwarding it to the launcher (pid $hpcjobs_child)" >&2
     kill -s "$1" "$hpcjobs_child" 2>/dev/null || true
@@ -70,6 +76,275 @@ hpcjobs_wait() {
   hpcjobs_status=$rc
 }
 
+# --- requeue policy and event log (see docs/requeue.md) ---
+HPCJOBS_SIGNAL_LEAD=60
+HPCJOBS_MAX_REQUEUE_PREEMPTION=20
+HPCJOBS_MAX_REQUEUE_TIMEOUT=10
+HPCJOBS_MAX_REQUEUE_NODE_FAILURE=5
+HPCJOBS_MAX_REQUEUE_APPLICATION=0
+HPCJOBS_MAX_REQUEUES=''
+# The options this job was submitted with, for its continuation job.
+HPCJOBS_SBATCH_ARGS=(--job-name=preprocess --partition=batch --nodes=1 --ntasks-per-node=1 --cpus-per-task=8 --time=00:20:00 --account=sandbox --output=/home/user/hpcjobs/runs/preprocess/slurm-%j.out --open-mode=append --signal=B:USR2@60 --no-requeue)
+# # ---- hpcjobs requeue library (bash; needs only scontrol, squeue and sbatch) ----------------
+# Decides, after the workload exits, whether the job is finished, failed, or continues from its
+# last checkpoint; keeps a per-job event log ("chain"); and resumes fast:
+#   * preemption / timeout: a continuation job is submitted with --dependency=afterany:<this job>
+#     and this job is marked Requeue=0, so Slurm does not also requeue it. The continuation
+#     starts as soon as resources are free, instead of after Slurm's ~2 minute requeue hold.
+#   * node failure: Slurm requeues the job itself (same job id, SLURM_RESTART_COUNT+1).
+# The policy mirrors hpcjobs.requeue.decide(); keep the two in step.
+# Inputs: HPCJOBS_RUN_DIR (shared folder for the event log), HPCJOBS_CHAIN_ROOT (set only
+#         for continuations), HPCJOBS_CHECKPOINT_DIR, HPCJOBS_SIGNAL_LEAD (s),
+#         HPCJOBS_MAX_REQUEUE_{PREEMPTION,TIMEOUT,NODE_FAILURE,APPLICATION}, HPCJOBS_MAX_REQUEUES
+#         (total, empty = no limit), and the array HPCJOBS_SBATCH_ARGS (this job's sbatch options).
+
+hpcjobs_log() {
+    printf '%s hpcjobs[%s]: %s\n' "$(date +%H:%M:%S)" "${SLURM_JOB_ID:-?}" "$*" >&2
+}
+
+# This run's job id as users write it: 1234, or 1234_7 for an array task.
+hpcjobs_self_id() {
+    if [[ -n ${SLURM_ARRAY_JOB_ID:-} && -n ${SLURM_ARRAY_TASK_ID:-} ]]; then
+        echo "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+    else
+        echo "${SLURM_JOB_ID:-0}"
+    fi
+}
+
+# One event log per chain of runs, named after the chain's first job id.
+hpcjobs_chain_file() {
+    printf '%s/chain-%s.tsv' "$HPCJOBS_RUN_DIR" "${HPCJOBS_CHAIN_ROOT:-$(hpcjobs_self_id)}"
+}
+
+# hpcjobs_event EVENT CAUSE DETAIL: one tab-separated line per event.
+hpcjobs_event() {
+    local detail=${3//[$'\t\n']/ }
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date +%s.%N)" "$(hpcjobs_self_id)" \
+        "${SLURM_RESTART_COUNT:-0}" "$1" "$2" "$detail" >>"$(hpcjobs_chain_file)"
+}
+
+# hpcjobs_count EVENT [CAUSE]: how many such events the chain has.
+hpcjobs_count() {
+    local file
+    file=$(hpcjobs_chain_file)
+    [[ -f $file ]] || { echo 0; return; }
+    awk -F'\t' -v e="$1" -v c="${2:-}" '$4 == e && (c == "" || $5 == c) {n++} END {print n + 0}' "$file"
+}
+
+hpcjobs_last_event() {
+    local file
+    file=$(hpcjobs_chain_file)
+    [[ -f $file ]] && tail -n 1 "$file" | cut -f4
+}
+
+# The newest complete checkpoint step in HPCJOBS_CHECKPOINT_DIR, or -1.
+hpcjobs_latest_step() {
+    local dir step=-1 name
+    for dir in "$HPCJOBS_CHECKPOINT_DIR"/step-*; do
+        name=${dir##*/step-}
+        [[ $name =~ ^[0-9]+$ && -f $dir/COMPLETE ]] || continue
+        ((10#$name > step)) && step=$((10#$name))
+    done
+    echo "$step"
+}
+
+# The last step the application reported (CheckpointDir.note_progress), or -1.
+hpcjobs_progress() {
+    local value
+    value=$(cat "$HPCJOBS_CHECKPOINT_DIR/PROGRESS" 2>/dev/null)
+    [[ $value =~ ^[0-9]+$ ]] && echo "$value" || echo -1
+}
+
+# "checkpoint=<step> progress=<step>": where the job stands, for the event log.
+hpcjobs_position() {
+    echo "checkpoint=$(hpcjobs_latest_step) progress=$(hpcjobs_progress)"
+}
+
+hpcjobs_is_done() {
+    [[ -f $HPCJOBS_CHECKPOINT_DIR/DONE || -f $HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT ]]
+}
+
+hpcjobs_mark_done() {
+    : >"$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT"
+}
+
+# hpcjobs_budget CAUSE: the per-cause requeue budget.
+hpcjobs_budget() {
+    case $1 in
+        preemption) echo "${HPCJOBS_MAX_REQUEUE_PREEMPTION:-20}" ;;
+        timeout) echo "${HPCJOBS_MAX_REQUEUE_TIMEOUT:-10}" ;;
+        node_failure) echo "${HPCJOBS_MAX_REQUEUE_NODE_FAILURE:-5}" ;;
+        application) echo "${HPCJOBS_MAX_REQUEUE_APPLICATION:-0}" ;;
+        *) echo 0 ;;
+    esac
+}
+
+# hpcjobs_begin: call once at the top of the job, before the workload starts.
+# Exits the job when it is already finished or out of budget.
+hpcjobs_begin() {
+    mkdir -p "$HPCJOBS_RUN_DIR" "$HPCJOBS_CHECKPOINT_DIR"
+    # A continuation carries its chain's root; anything else starts a chain of its own.
+    local self
+    self=$(hpcjobs_self_id)
+    if [[ -n ${HPCJOBS_CHAIN_ROOT:-} ]] &&
+        ! grep -q "continued as job ${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-x}}\( \|\$\|_\)" "$(hpcjobs_chain_file)" 2>/dev/null; then
+        HPCJOBS_CHAIN_ROOT=$self
+    fi
+    export HPCJOBS_CHAIN_ROOT=${HPCJOBS_CHAIN_ROOT:-$self}
+    if ((${SLURM_RESTART_COUNT:-0} > 0)) && [[ $(hpcjobs_last_event) != requeue ]]; then
+        # Slurm requeued this job by itself: a node failed (or an admin requeued it).
+        hpcjobs_event requeue node_failure \
+            "requeued by Slurm (restart ${SLURM_RESTART_COUNT}) $(hpcjobs_position)"
+        local used allowed
+        used=$(hpcjobs_count requeue node_failure)
+        allowed=$(hpcjobs_budget node_failure)
+        if ((used > allowed)); then
+            hpcjobs_event end fail "requeue budget for node_failure exhausted: $((used - 1))/$allowed"
+            hpcjobs_log "requeue budget for node_failure exhausted ($((used - 1))/$allowed); giving up"
+            exit 1
+        fi
+    fi
+    # Runs before this one: starts in the log, or Slurm's own count if that is higher.
+    local starts
+    starts=$(hpcjobs_count start)
+    export HPCJOBS_RESTART_COUNT=$((starts > ${SLURM_RESTART_COUNT:-0} ? starts : ${SLURM_RESTART_COUNT:-0}))
+    if hpcjobs_is_done; then
+        hpcjobs_event end finish "done marker present"
+        hpcjobs_log "the job already finished (done marker present); nothing to do"
+        exit 0
+    fi
+    local step
+    step=$(hpcjobs_latest_step)
+    hpcjobs_event start - "checkpoint=$step"
+    if ((step >= 0)); then
+        hpcjobs_log "run $HPCJOBS_RESTART_COUNT of chain $HPCJOBS_CHAIN_ROOT; resuming from checkpoint step $step"
+    else
+        hpcjobs_log "run $HPCJOBS_RESTART_COUNT of chain $HPCJOBS_CHAIN_ROOT; no checkpoint yet"
+    fi
+}
+
+# hpcjobs_seconds D-HH:MM:SS|HH:MM:SS|MM:SS -> seconds (empty for UNLIMITED/unknown).
+hpcjobs_seconds() {
+    local t=$1 days=0 h=0 m=0 s=0
+    [[ $t =~ ^[0-9] ]] || return 0
+    if [[ $t == *-* ]]; then days=${t%%-*}; t=${t#*-}; fi
+    IFS=: read -r -a parts <<<"$t"
+    case ${#parts[@]} in
+        3) h=${parts[0]}; m=${parts[1]}; s=${parts[2]} ;;
+        2) m=${parts[0]}; s=${parts[1]} ;;
+        1) s=${parts[0]} ;;
+    esac
+    echo $((10#$days * 86400 + 10#$h * 3600 + 10#$m * 60 + 10#$s))
+}
+
+# hpcjobs_cause RC SIGNAL: preemption | timeout | cancelled | none | application
+hpcjobs_cause() {
+    local rc=$1 signal=$2 left
+    if scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -qE 'PreemptTime=[0-9]'; then
+        echo preemption
+        return
+    fi
+    if [[ $signal == warning ]]; then
+        left=$(hpcjobs_seconds "$(squeue -h -j "$SLURM_JOB_ID" -o %L 2>/dev/null)")
+        if [[ -n $left ]] && ((left <= ${HPCJOBS_SIGNAL_LEAD:-300} + 120)); then
+            echo timeout
+        else
+            echo preemption # the warning signal sent by hand: checkpoint and come back
+        fi
+        return
+    fi
+    if [[ $signal == term ]]; then
+        echo cancelled
+    elif ((rc == 0)); then
+        echo none
+    else
+        echo application
+    fi
+}
+
+# hpcjobs_continue CAUSE: submit the continuation job and stop Slurm requeueing this one.
+hpcjobs_continue() {
+    local args=() arg new skip=0
+    for arg in "${HPCJOBS_SBATCH_ARGS[@]}"; do
+        if ((skip)); then skip=0; continue; fi
+        case $arg in
+            --array=* | --dependency=*) continue ;;
+            -a | -d | --array | --dependency) skip=1; continue ;;
+        esac
+        args+=("$arg")
+    done
+    [[ -n ${SLURM_ARRAY_TASK_ID:-} ]] && args+=("--array=$SLURM_ARRAY_TASK_ID")
+    # A clean environment: the new job must not inherit this job's SLURM_* settings.
+    local unset_vars=() name
+    for name in $(compgen -e); do
+        [[ $name =~ ^(SLURM|SBATCH|SALLOC|SRUN)_ && $name != SLURM_CONF ]] && unset_vars+=(-u "$name")
+    done
+    if new=$(cd "${SLURM_SUBMIT_DIR:-$HPCJOBS_RUN_DIR}" && env "${unset_vars[@]}" \
+        HPCJOBS_CHAIN_ROOT="$HPCJOBS_CHAIN_ROOT" sbatch --parsable \
+        "--dependency=afterany:$SLURM_JOB_ID" "${args[@]}" "$0" 2>&1); then
+        new=${new%%;*}
+        [[ -n ${SLURM_ARRAY_TASK_ID:-} ]] && new="${new}_$SLURM_ARRAY_TASK_ID"
+        if ! scontrol update "jobid=$SLURM_JOB_ID" Requeue=0 >/dev/null 2>&1; then
+            hpcjobs_log "could not mark job $SLURM_JOB_ID Requeue=0; Slurm may also requeue it"
+        fi
+        hpcjobs_event requeue "$1" "continued as job $new $(hpcjobs_position)"
+        hpcjobs_log "$1: continuing as job $new (starts when resources are free)"
+        return 0
+    fi
+    hpcjobs_log "could not submit the continuation ($new); falling back to Slurm's requeue"
+    hpcjobs_event requeue "$1" "requeued by Slurm (fallback) $(hpcjobs_position)"
+    scontrol requeue "$SLURM_JOB_ID" >/dev/null 2>&1 || hpcjobs_log "scontrol requeue failed too"
+    return 0
+}
+
+# hpcjobs_finish RC SIGNAL: decide and act after the workload exited. Prints the job's exit code.
+hpcjobs_finish() {
+    local rc=$1 signal=$2 cause used allowed total
+    if hpcjobs_is_done; then
+        hpcjobs_event end finish "done marker present"
+        echo 0
+        return
+    fi
+    cause=$(hpcjobs_cause "$rc" "$signal")
+    case $cause in
+        none)
+            hpcjobs_mark_done
+            hpcjobs_event end finish "completed"
+            echo 0
+            return
+            ;;
+        cancelled)
+            hpcjobs_event end fail "cancelled"
+            echo $((rc ? rc : 143))
+            return
+            ;;
+    esac
+    used=$(hpcjobs_count requeue "$cause")
+    allowed=$(hpcjobs_budget "$cause")
+    total=$(hpcjobs_count requeue)
+    if [[ -n ${HPCJOBS_MAX_REQUEUES:-} ]] && ((total >= HPCJOBS_MAX_REQUEUES)); then
+        hpcjobs_event end fail "requeue budget exhausted: $total/$HPCJOBS_MAX_REQUEUES requeues in total"
+        hpcjobs_log "$cause, but the total requeue budget is exhausted ($total/$HPCJOBS_MAX_REQUEUES)"
+        echo $((rc ? rc : 1))
+        return
+    fi
+    if ((used >= allowed)); then
+        if ((allowed == 0)) && [[ $cause == application ]]; then
+            hpcjobs_event end fail "application failed with exit code $rc (not requeued)"
+        else
+            hpcjobs_event end fail "requeue budget for $cause exhausted: $used/$allowed"
+        fi
+        hpcjobs_log "$cause (exit code $rc); not requeued ($used/$allowed requeues used)"
+        echo $((rc ? rc : 1))
+        return
+    fi
+    hpcjobs_continue "$cause" >&2
+    echo 0
+}
+# ---- end of hpcjobs requeue library ----------------------------------------------------------
+# 
+hpcjobs_begin
+
 # --- launch: none ---
 hpcjobs_start bash scripts/preprocess.sh --out /scratch/shards &
 hpcjobs_child=$!
@@ -78,7 +353,8 @@ hpcjobs_wait
 # --- requeue: decide whether this run comes back ---
 # Policy: signal USR2 60 s before the limit; Slurm requeue off; budgets: preemption=20 timeout=10 node_failure=5 application=0.
 
-# For now the job ends with the launcher's exit status.
-exit "$hpcjobs_status"
+# Finished, failed, or continued from the last checkpoint: hpcjobs_finish decides from the
+# cause (preemption, timeout, node failure) and the budget, not from the exit code.
+exit "$(hpcjobs_finish "$hpcjobs_status" "$hpcjobs_signal_seen")"
 # --- dry run: nothing was submitted; hpcjobs would run ---
 # sbatch --job-name=preprocess --partition=batch --nodes=1 --ntasks-per-node=1 --cpus-per-task=8 --time=00:20:00 --account=sandbox --output=/home/user/hpcjobs/runs/preprocess/slurm-%j.out --open-mode=append --signal=B:USR2@60 --no-requeue SCRIPT
