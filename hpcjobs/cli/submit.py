@@ -70,6 +70,14 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--requeue/--no-requeue", default=None, help="Let Slurm requeue the job (default on)."
         ),
+        click.option(
+            "--max-requeues",
+            "max_requeues",
+            multiple=True,
+            metavar="N|CAUSE=N",
+            help="Requeue budget: N in total, or per cause (preemption, timeout, node_failure, "
+            "application). Default: the site's; application failures are not requeued.",
+        ),
         click.option("--output-dir", help="Folder for logs and records (default: the site's)."),
         click.option("-D", "--chdir", help="Working directory of the job."),
         click.option("--template", help="Main template name (default: job)."),
@@ -142,6 +150,32 @@ def _render(ctx: click.Context, fields: dict[str, Any]) -> Any:
     return render_job(spec, site, template_dirs=list(template_dirs) or None)
 
 
+CAUSES = ("preemption", "timeout", "node_failure", "application")
+
+
+def parse_max_requeues(item: str, current: dict[str, Any]) -> dict[str, Any]:
+    """``--max-requeues 5`` (total) or ``--max-requeues preemption=3`` (one cause)."""
+    name, sep, value = item.partition("=")
+    count_text = value if sep else name
+    if not count_text.strip().isdigit():
+        raise BadInputError(
+            f"--max-requeues expects N or CAUSE=N, not {item!r}",
+            hint=f"for example --max-requeues 10 or --max-requeues preemption=3; causes: "
+            f"{', '.join(CAUSES)}",
+        )
+    if not sep:
+        return {"max_total": int(count_text)}
+    cause = name.strip().replace("-", "_")
+    if cause not in CAUSES:
+        raise BadInputError(
+            f"unknown requeue cause {name!r} in --max-requeues",
+            hint=f"causes: {', '.join(CAUSES)}",
+        )
+    budget = dict(current.get("max_requeues", {}))
+    budget[cause] = int(count_text)
+    return {"max_requeues": budget}
+
+
 def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
     """Map CLI flag values to job spec fields; flags that were not given map to None."""
     from hpcjobs.jobspec import parse_env_options, parse_signal_option
@@ -151,6 +185,8 @@ def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
         requeue.update(parse_signal_option(flags["signal"]))
     if flags.get("requeue") is not None:
         requeue["enabled"] = flags["requeue"]
+    for item in flags.get("max_requeues") or ():
+        requeue.update(parse_max_requeues(item, requeue))
     container: dict[str, Any] | None = None
     if flags.get("container_image"):
         container = {"image": flags["container_image"]}
