@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("hpcjobs.cli.submit:submit", "Render a job script for the site and submit it."),
     "render": ("hpcjobs.cli.submit:render", "Print a job script without submitting it."),
     "template": ("hpcjobs.cli.template:template", "Show job-script templates and blocks."),
+    "ssh": ("hpcjobs.cli.ssh:ssh", "Check and trust SSH connections to login nodes."),
 }
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

@@ -1,0 +1,101 @@
+"""Options shared by the commands that talk to Slurm: ``--host`` and the runner it selects."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from hpcjobs.config.models import SiteConfig
+    from hpcjobs.runner import Runner
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+HOST_METAVAR = "[USER@]HOST[:PORT]"
+
+
+def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None or not value.strip():
+        return None
+    from hpcjobs.errors import BadInputError
+    from hpcjobs.remote.hostspec import SITE_LOGIN_HOSTS, parse_host_spec
+
+    if value != SITE_LOGIN_HOSTS:
+        try:
+            parse_host_spec(value)
+        except BadInputError as exc:
+            message = f"{exc.message} ({exc.hint})" if exc.hint else exc.message
+            raise click.BadParameter(message) from None
+    return value
+
+
+def host_option(function: F) -> F:
+    """The ``--host`` option: run the command on a login node over SSH instead of here."""
+    decorator = click.option(
+        "--host",
+        "host",
+        envvar="HPCJOBS_HOST",
+        metavar=HOST_METAVAR,
+        callback=_check_host,
+        help="Run on this login node over SSH: [user@]host[:port], a Host alias from "
+        "~/.ssh/config, or @site for the site config's login_hosts. Default: run here.  "
+        "[env: HPCJOBS_HOST]",
+    )
+    return decorator(function)
+
+
+def make_runner(
+    host: str | None,
+    site: SiteConfig | Path | str | None = None,
+    local_env: Mapping[str, str] | None = None,
+    *,
+    remote_env: Mapping[str, str] | None = None,
+) -> Runner:
+    """The runner for a command: local when ``host`` is None, else SSH to ``host``.
+
+    Inside a click command the SSH connection is closed when the command ends; elsewhere,
+    call ``close()`` on the returned runner (an :class:`~hpcjobs.remote.runner.SshRunner`).
+    Nothing connects before the first command runs.
+
+    Args:
+        host: The ``--host`` value, or None to run here.
+        site: The site config (or its name or path): its ``login_hosts`` and pinned
+            ``host_keys`` are used for SSH.
+        local_env: Variables for local commands (for example ``SLURM_CONF``).
+        remote_env: Variables for remote commands.
+
+    Raises:
+        BadInputError: ``host`` is malformed.
+        ConfigError: The site config cannot be loaded, or a pinned key is malformed.
+        TransportError: The SSH client config cannot be read.
+    """
+    from hpcjobs.runner import LocalRunner
+
+    if host is None:
+        return LocalRunner(env=dict(local_env or {}))
+    from hpcjobs.remote.runner import connect_runner
+
+    login_hosts, host_keys = site_ssh_settings(site)
+    runner = connect_runner(
+        host, site_login_hosts=login_hosts, pinned_host_keys=host_keys, env=remote_env
+    )
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(runner.close)
+    return runner
+
+
+def site_ssh_settings(
+    site: SiteConfig | Path | str | None,
+) -> tuple[list[str], list[str]]:
+    """The site's ``login_hosts`` and pinned ``host_keys``; empty lists without a site."""
+    if site is None:
+        return [], []
+    if isinstance(site, Path | str):
+        from hpcjobs.config.loader import load_site
+
+        site = load_site(site)
+    return list(site.login_hosts), list(site.host_keys)

@@ -1,0 +1,88 @@
+"""Parse and check the ``--host [user@]host[:port]`` argument."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hpcjobs.errors import BadInputError
+
+#: The ``--host`` value that means "the login hosts listed in the site config".
+SITE_LOGIN_HOSTS = "@site"
+
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
+_HOST = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,252})")
+_IPV6 = re.compile(r"[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?")
+
+_FORMAT_HINT = "use [user@]host[:port], for example alice@login1.cluster.example:22"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """A parsed host argument. ``user`` and ``port`` are None when not given."""
+
+    host: str
+    user: str | None = None
+    port: int | None = None
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host and self.port is not None else self.host
+        text = f"{self.user}@{host}" if self.user else host
+        return f"{text}:{self.port}" if self.port is not None else text
+
+
+def parse_host_spec(text: str) -> HostSpec:
+    """Parse ``[user@]host[:port]``; an IPv6 address with a port goes in brackets.
+
+    Args:
+        text: The value of ``--host`` (or of a ``ProxyJump`` hop).
+
+    Returns:
+        The host, with user and port when they were given.
+
+    Raises:
+        BadInputError: The value is empty, has spaces or control characters, or any part is
+            malformed (host names may hold letters, digits, ``.``, ``_`` and ``-``).
+    """
+    raw = text
+    if not text or text != text.strip() or any(ch.isspace() or ord(ch) < 32 for ch in text):
+        raise BadInputError(f"invalid host {raw!r}: empty, or contains spaces", hint=_FORMAT_HINT)
+    user: str | None = None
+    if "@" in text:
+        user, text = text.rsplit("@", 1)
+        if not _USER.fullmatch(user):
+            raise BadInputError(f"invalid user name in host {raw!r}", hint=_FORMAT_HINT)
+    port: int | None = None
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not _IPV6.fullmatch(host):
+            raise BadInputError(f"invalid bracketed address in host {raw!r}", hint=_FORMAT_HINT)
+        if rest:
+            if not rest.startswith(":"):
+                raise BadInputError(f"invalid host {raw!r}", hint=_FORMAT_HINT)
+            port = _port(rest[1:], raw)
+    elif text.count(":") > 1:
+        if not _IPV6.fullmatch(text):
+            raise BadInputError(f"invalid address in host {raw!r}", hint=_FORMAT_HINT)
+        host = text
+    else:
+        host, sep, port_text = text.partition(":")
+        if sep:
+            port = _port(port_text, raw)
+        if not _HOST.fullmatch(host):
+            raise BadInputError(
+                f"invalid host name in {raw!r}",
+                hint="host names may hold letters, digits, '.', '_' and '-'; " + _FORMAT_HINT,
+            )
+    return HostSpec(host=host, user=user, port=port)
+
+
+def format_host_port(host: str, port: int) -> str:
+    """``host`` for port 22, else ``[host]:port``: the form ``known_hosts`` files use."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def _port(text: str, raw: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise BadInputError(f"invalid port in host {raw!r}", hint="a port is a number 1-65535")
+    return int(text)

@@ -1,0 +1,94 @@
+"""Fixtures for the live tests: a real OpenSSH server on loopback and an isolated client home.
+
+The SSH tests need root (they create the user ``hpcjobs-ssh-test`` and run sshd). Without
+root they skip, except when ``CI=true``: then they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import IN_CI, TEST_SANDBOX_DIR
+from tests.live.sshd import SshServer, ensure_openssh_server, start_sshd, unavailable_reason
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Iterator[SshServer]:
+    """A running sshd on 127.0.0.1 (high free port) that lets the test user in by key."""
+    reason = unavailable_reason()
+    if reason:
+        if IN_CI:
+            pytest.fail(f"CI=true but the SSH tests cannot run: {reason}")
+        pytest.skip(reason)
+    ensure_openssh_server()
+    # Not under pytest's 0700 temp root: sshd reads authorized_keys as the test user.
+    root = Path(tempfile.mkdtemp(prefix="hpcjobs-sshd-", dir="/tmp"))
+    server = start_sshd(root, slurm_conf=TEST_SANDBOX_DIR / "etc" / "slurm.conf")
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class SshClientHome:
+    """An isolated client side: ``$HOME`` with its own ``.ssh`` folder, no agent."""
+
+    home: Path
+    server: SshServer
+
+    @property
+    def ssh_dir(self) -> Path:
+        return self.home / ".ssh"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.ssh_dir / "known_hosts"
+
+    @property
+    def config(self) -> Path:
+        return self.ssh_dir / "config"
+
+    def trust_server(self) -> None:
+        """Record the server's real host key in ``~/.ssh/known_hosts``."""
+        with self.known_hosts.open("a") as handle:
+            handle.write(self.server.known_hosts_line() + "\n")
+
+    def write_config(self, text: str) -> None:
+        self.config.write_text(text)
+
+    def alias_config(self, alias: str = "sshtest", identity: Path | None = None) -> str:
+        """A ``Host`` block that reaches the server as the test user with a key file."""
+        key = identity or self.server.client_key.private
+        return (
+            f"Host {alias}\n"
+            "    HostName 127.0.0.1\n"
+            f"    Port {self.server.port}\n"
+            f"    User {self.server.user}\n"
+            f"    IdentityFile {key}\n"
+            "    IdentitiesOnly yes\n"
+        )
+
+
+@pytest.fixture
+def ssh_home(sshd: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SshClientHome:
+    """``$HOME`` in a temp folder: no real keys, known hosts, ssh config or agent are used."""
+    from hpcjobs.remote import hostkeys, sshconfig
+
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True, mode=0o700)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.delenv("SSH_AGENT_PID", raising=False)
+    monkeypatch.setattr(hostkeys, "GLOBAL_KNOWN_HOSTS", ())
+    monkeypatch.setattr(sshconfig, "SYSTEM_CONFIG", tmp_path / "no-system-ssh-config")
+    os.chmod(home, 0o700)
+    return SshClientHome(home, sshd)
