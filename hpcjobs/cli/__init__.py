@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("hpcjobs.cli.submit:submit", "Render a job script for the site and submit it."),
     "render": ("hpcjobs.cli.submit:render", "Print a job script without submitting it."),
     "template": ("hpcjobs.cli.template:template", "Show job-script templates and blocks."),
+    "status": ("hpcjobs.cli.status:status", "Show the state of jobs (one Slurm query)."),
+    "logs": ("hpcjobs.cli.logs:logs", "Print or follow a job's log, across requeues."),
+    "cancel": ("hpcjobs.cli.cancel:cancel", "Cancel jobs or send them a signal."),
+    "history": ("hpcjobs.cli.history:history", "Show every run of a job and why it ended."),
     "ssh": ("hpcjobs.cli.ssh:ssh", "Check and trust SSH connections to login nodes."),
 }
 

@@ -141,7 +141,8 @@ def _bash_cause_and_run(
     }
     script = (
         f"source {LIBRARY}\n"
-        "HPCJOBS_SBATCH_ARGS=(--job-name=x --array=0-9 -d afterok:1 --nodes=2)\n"
+        "HPCJOBS_SBATCH_ARGS=(--job-name=x --array=0-9 -d afterok:1 --nodes=2 "
+        "--output=/o/slurm-%j.out)\n"
         f'hpcjobs_finish {case.exit_code} "{signal}"\n'
     )
     proc = subprocess.run(
@@ -185,6 +186,8 @@ def test_bash_library_matches_table(tmp_path: Path, case: Case) -> None:
         assert "--job-name=x" in calls and "--nodes=2" in calls
         assert "afterok:1" not in calls and "--array=0-9" not in calls
         assert "Requeue=0" in calls
+        # Every run of the chain appends to the first run's log.
+        assert "--output=/o/slurm-100.out" in calls
     elif case.action is Action.FINISH:
         assert code == 0
         assert last[3:5] == ["end", "finish"]

@@ -227,6 +227,8 @@ hpcjobs_begin() {
     local step
     step=$(hpcjobs_latest_step)
     hpcjobs_event start - "checkpoint=$step"
+    # The marker 'hpcjobs logs --restart N' splits the log on.
+    echo "hpcjobs: run $HPCJOBS_RESTART_COUNT of job $HPCJOBS_CHAIN_ROOT"
     if ((step >= 0)); then
         hpcjobs_log "run $HPCJOBS_RESTART_COUNT of chain $HPCJOBS_CHAIN_ROOT; resuming from checkpoint step $step"
     else
@@ -281,6 +283,11 @@ hpcjobs_continue() {
         case $arg in
             --array=* | --dependency=*) continue ;;
             -a | -d | --array | --dependency) skip=1; continue ;;
+            --output=* | --error=*)
+                # Every run of the chain appends to the first run's log file.
+                arg=${arg//%j/$HPCJOBS_CHAIN_ROOT}
+                arg=${arg//%A/${HPCJOBS_CHAIN_ROOT%%_*}}
+                ;;
         esac
         args+=("$arg")
     done

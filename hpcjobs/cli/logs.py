@@ -1,0 +1,204 @@
+"""``hpcjobs logs``: print or follow a job's output, across requeues."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from hpcjobs.errors import EXIT_SLURM, HpcJobsError, SlurmError
+
+if TYPE_CHECKING:
+    from hpcjobs.slurm.client import SlurmClient
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("job_id", metavar="JOBID")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
+@click.option("--stderr", "use_stderr", is_flag=True, help="Show the error log, not the output.")
+@click.option("--task", type=click.IntRange(min=0), help="Array task to show.")
+@click.option(
+    "--restart",
+    type=click.IntRange(min=0),
+    help="Show only run N (0 = first run): the part after the script's "
+    "'hpcjobs: run N of job ...' line.",
+)
+@click.pass_context
+def logs(
+    ctx: click.Context,
+    job_id: str,
+    follow: bool,
+    use_stderr: bool,
+    task: int | None,
+    restart: int | None,
+) -> None:
+    """Print the output log of JOBID; with -f, follow it until the job ends.
+
+    Following survives requeues: the same file is reopened by every run (and started over if
+    the job does not append). The job's state is checked with one Slurm query per interval.
+    Exits 3 if Slurm does not know the job.
+    """
+    from hpcjobs.follow import read_run, tail_file
+    from hpcjobs.slurm import backend
+    from hpcjobs.slurm.client import check_job_ids
+
+    (wanted,) = check_job_ids([job_id if task is None else f"{job_id.split('_')[0]}_{task}"])
+    client = backend.client_from_environment()
+    if follow:
+        try:
+            _wait_until_started(client, wanted)
+        except KeyboardInterrupt:
+            ctx.exit(130)
+    path = log_path(client, wanted, stderr=use_stderr)
+    start = 0
+    if restart is not None:
+        text = _read(path)
+        part = read_run(text, restart)
+        if part is None:
+            raise HpcJobsError(
+                f"{path} has no run {restart}",
+                hint="runs are found by the line 'hpcjobs: run N of job ID' that the job "
+                "script prints when it starts; see 'hpcjobs history' for the runs",
+            )
+        if not follow:
+            click.echo(part, nl=False)
+            return
+        start = len(text[: text.index(part)].encode("utf-8"))
+    if not follow:
+        if not path.exists():
+            click.echo(f"No log yet: {path}", err=True)
+            return
+        click.echo(_read(path), nl=False)
+        return
+    click.echo(f"==> {path} <==", err=True)
+    try:
+        tail_file(
+            path,
+            alive=_alive_check(client, wanted),
+            on_data=lambda data: click.echo(data, nl=False),
+            start=start,
+        )
+    except KeyboardInterrupt:
+        ctx.exit(130)
+
+
+def log_path(client: SlurmClient, job_id: str, *, stderr: bool = False) -> Path:
+    """Where the job writes its output (or error) log.
+
+    The controller knows it while it holds the job; after that, the submission record does.
+
+    Raises:
+        UnknownJobError: neither Slurm nor a record knows the job (exit 3).
+        BadInputError: an array id without a task.
+    """
+    from hpcjobs.errors import BadInputError
+    from hpcjobs.records import find_record
+
+    info = client.show_job(job_id)
+    if info is not None:
+        if "_" not in job_id and info.get("ArrayTaskId") not in (None, ""):
+            raise BadInputError(
+                f"job {job_id} is an array", hint="choose a task with --task N (or JOBID_N)"
+            )
+        key = "StdErr" if stderr else "StdOut"
+        value = info.get(key, "")
+        if value and value != "(null)":
+            return Path(value)
+    record = find_record(job_id)
+    if record is not None:
+        return _path_from_record(record, job_id, stderr=stderr)
+    _raise_not_found(client, job_id)
+    raise AssertionError("unreachable")
+
+
+def _path_from_record(record_path: Path, job_id: str, *, stderr: bool) -> Path:
+    from hpcjobs.records import expand_output_pattern, read_record
+    from hpcjobs.submission import take_option
+
+    record = read_record(record_path)
+    args = [str(a) for a in record.get("sbatch_args", [])]
+    output, _ = take_option(args, "--output", "-o")
+    error, _ = take_option(args, "--error", "-e")
+    name, _ = take_option(args, "--job-name", "-J")
+    workdir, _ = take_option(args, "--chdir", "-D")
+    base, _, task = job_id.partition("_")
+    default = "slurm-%A_%a.out" if task else "slurm-%j.out"
+    pattern = (error or output or default) if stderr else (output or default)
+    filled = expand_output_pattern(
+        pattern,
+        job_id=job_id if not task else base,
+        array_job_id=base,
+        task=task or None,
+        name=name or "",
+        user=getpass.getuser(),
+    )
+    folder = Path(workdir or str(record.get("workdir") or os.getcwd()))
+    return folder / filled
+
+
+def _raise_not_found(client: SlurmClient, job_id: str) -> None:
+    from hpcjobs.slurm.classify import AccountingDisabledError, UnknownJobError
+
+    try:
+        known = bool(client.accounting([job_id], duplicates=False))
+    except AccountingDisabledError:
+        known = False
+    if known:
+        raise SlurmError(
+            f"job {job_id} has ended and Slurm no longer says where its log is",
+            hint="it was not submitted with hpcjobs from this account, so there is no record "
+            "of its output path; look in the folder it was submitted from",
+        )
+    raise UnknownJobError([job_id])
+
+
+def _wait_until_started(client: SlurmClient, job_id: str) -> None:
+    """Wait while the job is pending: Slurm names its log (``%a``, node) only once it runs."""
+    from hpcjobs.follow import PollSchedule
+
+    delays = PollSchedule().delays()
+    info = client.show_job(job_id)
+    told = False
+    while info is not None and info.get("JobState") == "PENDING":
+        if not told:
+            reason = info.get("Reason", "")
+            click.echo(f"==> job {job_id} is pending ({reason}); waiting for it to start", err=True)
+            told = True
+        time.sleep(next(delays))
+        info = client.show_job(job_id)
+
+
+def _alive_check(client: SlurmClient, job_id: str) -> Any:
+    from hpcjobs.follow import Follower
+    from hpcjobs.slurm.jobs import query_status
+
+    follower = Follower()
+
+    def alive() -> bool:
+        report = query_status(client, [job_id])
+        for event in follower.update(report.jobs):
+            if event.requeued:
+                click.echo(
+                    f"\n==> job {event.job_id} requeued (restart {event.restarts})", err=True
+                )
+        if report.unknown:
+            return False
+        return not follower.done()
+
+    return alive
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        raise HpcJobsError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+__all__ = ["EXIT_SLURM", "log_path", "logs"]

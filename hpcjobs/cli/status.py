@@ -1,0 +1,124 @@
+"""``hpcjobs status``: state, reason, nodes, elapsed time and restarts of jobs."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+import click
+
+from hpcjobs.errors import EXIT_SLURM
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain text table with left-aligned columns."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = [headers, *rows]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("job_ids", nargs=-1, metavar="[JOBID]...")
+@click.option("--mine", is_flag=True, help="Your jobs in the queue (the default without ids).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Redraw until all the jobs end (Ctrl-C to stop). Refreshes back off from 5 s to 60 s.",
+)
+@click.pass_context
+def status(
+    ctx: click.Context, job_ids: tuple[str, ...], mine: bool, as_json: bool, watch: bool
+) -> None:
+    """Show the state of jobs: state, reason, nodes, elapsed time and restarts.
+
+    One Slurm query per refresh however many jobs you name: squeue for jobs the controller
+    still holds, and one sacct for the others (it also counts the restarts of requeued jobs).
+    Exits 3 if Slurm knows none of some ids.
+    """
+    from hpcjobs.follow import Follower, PollSchedule
+    from hpcjobs.slurm import backend
+    from hpcjobs.slurm.client import check_job_ids
+    from hpcjobs.slurm.jobs import query_status
+
+    ids = check_job_ids(job_ids)
+    client = backend.client_from_environment()
+    if not watch:
+        report = query_status(client, ids or None, mine=mine)
+        _show(report, as_json)
+        _exit_for_unknown(ctx, report)
+        return
+    follower = Follower()
+    delays = PollSchedule().delays()
+    redraw = sys.stdout.isatty() and not as_json
+    try:
+        while True:
+            report = query_status(client, ids or None, mine=mine)
+            follower.update(report.jobs)
+            if redraw:
+                click.echo("\x1b[H\x1b[2J", nl=False)
+            click.echo(f"Every refresh: one Slurm query.  {time.strftime('%H:%M:%S')}")
+            _show(report, as_json)
+            if report.unknown or (ids and follower.done()):
+                _exit_for_unknown(ctx, report)
+                return
+            time.sleep(next(delays))
+    except KeyboardInterrupt:
+        ctx.exit(130)
+
+
+def _show(report: object, as_json: bool) -> None:
+    from hpcjobs.slurm.jobs import StatusReport
+    from hpcjobs.slurm.parse import format_duration
+
+    assert isinstance(report, StatusReport)
+    if as_json:
+        data = {
+            "jobs": [job.to_dict() for job in report.jobs],
+            "unknown": report.unknown,
+            "accounting": report.accounting,
+        }
+        click.echo(json.dumps(data, indent=2))
+        return
+    if not report.jobs:
+        click.echo("No jobs.")
+    else:
+        rows = [
+            [
+                job.job_id,
+                job.name,
+                job.state,
+                job.reason or "-",
+                str(job.nodes if job.nodes is not None else "-"),
+                job.nodelist or "-",
+                format_duration(job.elapsed_s),
+                str(job.restarts),
+            ]
+            for job in report.jobs
+        ]
+        headers = ["JOBID", "NAME", "STATE", "REASON", "NODES", "NODELIST", "ELAPSED", "RESTARTS"]
+        click.echo(table(headers, rows))
+
+
+def _exit_for_unknown(ctx: click.Context, report: object) -> None:
+    from hpcjobs.cli import report_error
+    from hpcjobs.slurm.classify import UnknownJobError
+    from hpcjobs.slurm.jobs import StatusReport
+
+    assert isinstance(report, StatusReport)
+    if not report.unknown:
+        return
+    error = UnknownJobError(report.unknown)
+    if not report.accounting:
+        error.hint = (
+            "this cluster keeps no accounting, so jobs that left the queue cannot be looked up"
+        )
+    report_error(error)
+    ctx.exit(EXIT_SLURM)

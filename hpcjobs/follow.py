@@ -1,0 +1,292 @@
+"""Follow jobs to their end (``--wait``, ``status --watch``) and follow their logs (``logs -f``).
+
+Polling is gentle on the controller: every refresh is one batched query for all the jobs (see
+:func:`hpcjobs.slurm.jobs.query_status`); the first checks come after 1 and 2 s so that quick
+failures show up at once, then the interval never drops below :attr:`PollSchedule.minimum`
+and grows while nothing changes, up to :attr:`PollSchedule.maximum`.
+
+State changes and requeues are reported through a callback as they are seen. The exit status
+is 0 when every job COMPLETED and 1 otherwise. Ctrl-C (``KeyboardInterrupt``) propagates to
+the caller and never cancels a job.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hpcjobs.slurm.classify import UnknownJobError
+from hpcjobs.slurm.jobs import JobStatus, query_status
+from hpcjobs.slurm.states import MAY_REQUEUE, exit_code_for, is_terminal
+
+if TYPE_CHECKING:
+    from hpcjobs.slurm.client import SlurmClient
+
+#: A line a job script prints when a run starts; ``logs --restart N`` splits the log on it.
+#: Scripts print it as ``echo "hpcjobs: run ${SLURM_RESTART_COUNT:-0} of job $SLURM_JOB_ID"``.
+#: The state of a followed job that neither the queue nor accounting knows any more.
+GONE = "UNKNOWN"
+
+RUN_MARKER = re.compile(r"^hpcjobs: run (\d+) of job \S+", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class PollSchedule:
+    """How long to wait between refreshes.
+
+    Attributes:
+        first: the first waits, short so that early failures show at once.
+        minimum: the floor after the first checks, also used right after a change.
+        maximum: the ceiling while nothing changes.
+        factor: growth per quiet refresh.
+    """
+
+    first: tuple[float, ...] = (1.0, 2.0)
+    minimum: float = 5.0
+    maximum: float = 60.0
+    factor: float = 1.5
+
+    def delays(self) -> Iterator[float]:
+        """Waits for a quiet job: the first checks, then growing from the minimum."""
+        yield from self.first
+        delay = self.minimum
+        while True:
+            yield delay
+            delay = min(self.maximum, delay * self.factor)
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """A change seen on one job (or array task)."""
+
+    job_id: str
+    state: str
+    previous: str | None
+    reason: str
+    restarts: int
+    requeued: bool
+    nodelist: str
+    at: datetime
+
+    def describe(self) -> str:
+        """One human line, such as ``12: PENDING -> RUNNING on n1``."""
+        text = f"{self.job_id}: {self.previous or 'new'} -> {self.state}"
+        if self.nodelist and self.state == "RUNNING":
+            text += f" on {self.nodelist}"
+        if self.reason and self.state != "RUNNING":
+            text += f" ({self.reason})"
+        if self.requeued:
+            text += f" [requeued, restart {self.restarts}]"
+        return text
+
+
+@dataclass
+class FollowResult:
+    """How followed jobs ended."""
+
+    exit_code: int
+    states: dict[str, str] = field(default_factory=dict)
+
+
+class Follower:
+    """Tracks jobs between refreshes and turns snapshots into :class:`JobEvent`."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, JobStatus] = {}
+        self.settled: dict[str, str] = {}
+        self.current: list[str] = []
+
+    def update(self, jobs: Sequence[JobStatus]) -> list[JobEvent]:
+        """Events for what changed since the previous snapshot."""
+        events = []
+        now = datetime.now(timezone.utc)
+        # Rows come and go: a block of pending array tasks turns into one row per task.
+        self.current = [job.job_id for job in jobs]
+        for job in jobs:
+            before = self.last.get(job.job_id)
+            requeued = before is not None and (
+                job.restarts > before.restarts
+                or (before.state in ("RUNNING", "COMPLETING") and job.state == "PENDING")
+            )
+            if before is None or (before.state, before.restarts) != (job.state, job.restarts):
+                events.append(
+                    JobEvent(
+                        job_id=job.job_id,
+                        state=job.state,
+                        previous=before.state if before else None,
+                        reason=job.reason,
+                        restarts=job.restarts,
+                        requeued=requeued,
+                        nodelist=job.nodelist,
+                        at=now,
+                    )
+                )
+            # PREEMPTED and NODE_FAIL may precede a requeue: final only when seen twice.
+            if job.state == GONE or (
+                is_terminal(job.state)
+                and (
+                    job.state not in MAY_REQUEUE
+                    or (before is not None and before.state == job.state)
+                )
+            ):
+                self.settled[job.job_id] = job.state
+            else:
+                self.settled.pop(job.job_id, None)
+            self.last[job.job_id] = job
+        return events
+
+    def done(self) -> bool:
+        """True once every job of the latest snapshot has reached a final state."""
+        return bool(self.current) and all(j in self.settled for j in self.current)
+
+    def final_states(self) -> dict[str, str]:
+        return {j: self.settled.get(j, self.last[j].state) for j in self.current}
+
+
+def follow_jobs(
+    client: SlurmClient,
+    job_ids: Sequence[str],
+    *,
+    on_event: Callable[[JobEvent], None],
+    schedule: PollSchedule | None = None,
+    sleep: Callable[[float], None] | None = None,
+    timeout_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> FollowResult:
+    """Poll ``job_ids`` until all of them end; report each change through ``on_event``.
+
+    Args:
+        client: the Slurm client (one squeue per refresh, plus one sacct for forgotten jobs).
+        job_ids: the jobs to follow (array ids cover all their tasks).
+        on_event: called for every state change and requeue, in order.
+        schedule: the polling intervals.
+        sleep: the sleep function (tests pass a fake one).
+        timeout_s: stop following after this long; the result then has exit code 1.
+        clock: monotonic clock for ``timeout_s``.
+
+    Returns:
+        Exit code 0 if every job COMPLETED, else 1; and each job's final state.
+
+    Raises:
+        UnknownJobError: on the first refresh, Slurm knows none of some ids.
+    """
+    sleep = sleep or time.sleep
+    follower = Follower()
+    plan = schedule or PollSchedule()
+    delays = plan.delays()
+    started = clock()
+    first = True
+    polls = 0
+    while True:
+        report = query_status(client, job_ids)
+        if first and report.unknown:
+            raise UnknownJobError(report.unknown)
+        first = False
+        jobs = list(report.jobs) + [_gone(job_id) for job_id in report.unknown]
+        events = follower.update(jobs)
+        for event in events:
+            on_event(event)
+        if follower.done():
+            states = follower.final_states()
+            return FollowResult(exit_code_for(list(states.values())), states)
+        if timeout_s is not None and clock() - started >= timeout_s:
+            return FollowResult(1, follower.final_states())
+        if events and polls > len(plan.first):
+            delays = _restart_at_minimum(plan)  # something moved: look again soon
+        polls += 1
+        sleep(next(delays))
+
+
+def _restart_at_minimum(schedule: PollSchedule) -> Iterator[float]:
+    return PollSchedule((), schedule.minimum, schedule.maximum, schedule.factor).delays()
+
+
+def _gone(job_id: str) -> JobStatus:
+    """A job that left the queue and that accounting does not know: its end is unknown."""
+    return JobStatus(
+        job_id=job_id,
+        name="",
+        state=GONE,
+        reason="left the queue, and accounting has no record",
+        nodelist="",
+        nodes=None,
+        elapsed_s=None,
+        restarts=0,
+        partition="",
+        user="",
+        source="none",
+    )
+
+
+# ---- logs -----------------------------------------------------------------------------------
+
+
+def read_run(text: str, restart: int) -> str | None:
+    """The part of a log written by run ``restart`` (0 = first run), split on :data:`RUN_MARKER`.
+
+    Returns None when the log has no marker for that run.
+    """
+    marks = [(int(m.group(1)), m.start()) for m in RUN_MARKER.finditer(text)]
+    for i, (run, start) in enumerate(marks):
+        if run == restart:
+            end = marks[i + 1][1] if i + 1 < len(marks) else len(text)
+            return text[start:end]
+    return None
+
+
+def tail_file(
+    path: Path,
+    *,
+    alive: Callable[[], bool],
+    on_data: Callable[[str], None],
+    schedule: PollSchedule | None = None,
+    sleep: Callable[[float], None] | None = None,
+    start: int = 0,
+) -> None:
+    """Print ``path`` from byte ``start`` as it grows, until ``alive()`` says the job ended.
+
+    The file may not exist yet (pending job) and may be truncated when a requeued run reopens
+    it; both are handled. ``alive`` is asked only on the polling schedule, so following costs
+    one Slurm query per interval, however fast the log grows. Reading the file is local and
+    checked every second.
+    """
+    sleep = sleep or time.sleep
+    position = start
+    delays = (schedule or PollSchedule()).delays()
+    next_query = 0.0
+    waited = 0.0
+    running = True
+    while True:
+        position = _drain(path, position, on_data)
+        if not running:
+            return
+        if waited >= next_query:
+            running = alive()
+            waited = 0.0
+            next_query = next(delays)
+            if not running:
+                continue  # one last read of whatever the job wrote at the end
+        sleep(1.0)
+        waited += 1.0
+
+
+def _drain(path: Path, position: int, on_data: Callable[[str], None]) -> int:
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return position
+    if size < position:
+        position = 0  # truncated: a requeued run started over
+    if size == position:
+        return position
+    with open(path, "rb") as handle:
+        handle.seek(position)
+        data = handle.read(size - position)
+    on_data(data.decode("utf-8", errors="replace"))
+    return position + len(data)

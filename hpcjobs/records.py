@@ -1,0 +1,170 @@
+"""What hpcjobs keeps about each submission, and where.
+
+Each submission gets its own folder in the job's output dir,
+``<output_dir>/submit-<UTC time>-<token prefix>/``, holding the exact script(s) given to sbatch
+and ``record.json``: the job spec, the site, the hpcjobs and Slurm versions, the submission
+token, the job ids and the time. Folders are created 0700 and files 0600 (with that mode from
+the start, never chmod-ed afterwards), because scripts and specs may name private paths.
+
+A small index, ``$XDG_STATE_HOME/hpcjobs/jobs/<job id>.json``, points from a job id back to
+its record, so ``hpcjobs logs`` still finds the files after Slurm has forgotten the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from hpcjobs.errors import BadInputError
+
+RECORD_NAME = "record.json"
+RECORD_FORMAT = 1
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def make_private_dir(path: Path) -> Path:
+    """Create ``path`` and any missing parents with mode 0700; existing folders are left as is.
+
+    Raises:
+        BadInputError: the folder cannot be created (a file is in the way, no permission).
+    """
+    path = path.expanduser()
+    missing = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, DIR_MODE)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise BadInputError(
+                f"cannot create folder {folder}: {exc.strerror}",
+                hint="choose another output dir, or fix its permissions",
+            ) from exc
+        # The umask can only take bits away; make sure nothing else was taken either.
+        os.chmod(folder, DIR_MODE)
+    if not path.is_dir():
+        raise BadInputError(f"{path} exists and is not a folder")
+    return path
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically, as a new 0600 file (replacing an older one).
+
+    The data goes to a temporary file created with O_EXCL and mode 0600 in the same folder,
+    is flushed to disk, and is renamed over ``path``.
+    """
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, flags, FILE_MODE)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    return path
+
+
+def write_record(path: Path, record: Mapping[str, Any]) -> Path:
+    """Write a submission record (JSON, 0600, atomic)."""
+    body = {"format": RECORD_FORMAT, **record}
+    return write_private(path, json.dumps(body, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """Read a submission record.
+
+    Raises:
+        BadInputError: the file is missing or not a record.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInputError(f"cannot read submission record {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BadInputError(f"{path} is not a submission record")
+    return data
+
+
+def default_index_dir() -> Path:
+    """``$XDG_STATE_HOME/hpcjobs/jobs`` (``~/.local/state/hpcjobs/jobs``)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "hpcjobs" / "jobs"
+
+
+def remember(job_ids: Iterable[str], record_path: Path, *, index_dir: Path | None = None) -> None:
+    """Note in the index that ``job_ids`` were submitted with the record at ``record_path``."""
+    folder = make_private_dir(index_dir or default_index_dir())
+    for job_id in job_ids:
+        entry = {"job_id": job_id, "record": str(record_path.resolve())}
+        write_private(folder / f"{_safe_id(job_id)}.json", json.dumps(entry) + "\n")
+
+
+def find_record(job_id: str, *, index_dir: Path | None = None) -> Path | None:
+    """The record of the submission that created ``job_id`` (``12_3`` looks up ``12``)."""
+    base = job_id.split("_", 1)[0]
+    entry = (index_dir or default_index_dir()) / f"{_safe_id(base)}.json"
+    try:
+        data = json.loads(entry.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    path = Path(str(data.get("record", "")))
+    return path if path.is_file() else None
+
+
+def expand_output_pattern(
+    pattern: str,
+    *,
+    job_id: str,
+    array_job_id: str | None = None,
+    task: str | None = None,
+    name: str = "",
+    user: str = "",
+) -> str:
+    """Fill in sbatch's ``%`` placeholders in an ``--output``/``--error`` pattern.
+
+    Handles ``%j %A %a %x %u %%`` (with optional zero-padding width, as in ``%4a``); other
+    placeholders stay as they are.
+    """
+    values = {
+        "j": job_id,
+        "A": array_job_id or job_id,
+        "a": task or "4294967294",
+        "x": name,
+        "u": user,
+    }
+
+    def fill(match: re.Match[str]) -> str:
+        width, key = match.group(1), match.group(2)
+        if key == "%":
+            return "%"
+        value = values.get(key)
+        if value is None:
+            return match.group(0)
+        return value.zfill(int(width)) if width and value.isdigit() else value
+
+    return re.sub(r"%(\d*)([jAaxu%])", fill, pattern)
+
+
+def _safe_id(job_id: str) -> str:
+    if not re.fullmatch(r"\d+(?:_\d+)?", job_id):
+        raise BadInputError(f"not a job id: {job_id!r}")
+    return job_id

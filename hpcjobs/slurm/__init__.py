@@ -1,0 +1,30 @@
+"""Talking to Slurm: parsers, error classes, retries, and the :class:`SlurmClient`.
+
+* :mod:`~hpcjobs.slurm.parse`: pure parsers of squeue/sacct/sbatch/scontrol output.
+* :mod:`~hpcjobs.slurm.classify`: transient, ambiguous or permanent failures.
+* :mod:`~hpcjobs.slurm.retry`: the tenacity retry policy every command shares.
+* :mod:`~hpcjobs.slurm.client`: :class:`SlurmClient`, one method per Slurm command.
+* :mod:`~hpcjobs.slurm.backend`: CLI tools by default, pyslurm when it matches.
+* :mod:`~hpcjobs.slurm.arrays`: array specs, split to fit ``MaxArraySize``.
+* :mod:`~hpcjobs.slurm.jobs`, :mod:`~hpcjobs.slurm.history`: status and per-run history.
+"""
+
+from __future__ import annotations
+
+from hpcjobs.slurm.classify import (
+    AccountingDisabledError,
+    ErrorKind,
+    SlurmCommandError,
+    UnknownJobError,
+)
+from hpcjobs.slurm.client import SlurmClient
+from hpcjobs.slurm.retry import RetryPolicy
+
+__all__ = [
+    "AccountingDisabledError",
+    "ErrorKind",
+    "RetryPolicy",
+    "SlurmClient",
+    "SlurmCommandError",
+    "UnknownJobError",
+]

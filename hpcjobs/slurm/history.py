@@ -1,0 +1,184 @@
+"""Every run of a job, from ``sacct --duplicates``, and why each run ended.
+
+A requeued job keeps its id; accounting keeps one record per run. Each run ends for a cause:
+``preempted``, ``timeout``, ``node failure``, ``application failure``, ``cancelled``,
+``requeued`` (``scontrol requeue``; ``requeued by hpcjobs`` when hpcjobs asked for it), or
+``completed``; the current run is ``running`` or ``pending``. Between two runs lies the gap
+the job spent waiting to run again.
+
+:class:`Run` is a plain dataclass so that more per-run facts (resume latency, checkpoint used)
+can be added as new fields with defaults without breaking ``--json`` consumers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from hpcjobs.slurm import parse
+from hpcjobs.slurm.classify import UnknownJobError
+from hpcjobs.slurm.client import check_job_ids
+from hpcjobs.slurm.jobs import group_runs
+
+if TYPE_CHECKING:
+    from hpcjobs.slurm.client import SlurmClient
+
+PREEMPTED = "preempted"
+TIMEOUT = "timeout"
+NODE_FAILURE = "node failure"
+APP_FAILURE = "application failure"
+CANCELLED = "cancelled"
+REQUEUED = "requeued"
+REQUEUED_BY_HPCJOBS = "requeued by hpcjobs"
+COMPLETED = "completed"
+RUNNING = "running"
+PENDING = "pending"
+
+_CAUSES: dict[str, tuple[str, str]] = {
+    "COMPLETED": (COMPLETED, ""),
+    "PREEMPTED": (PREEMPTED, ""),
+    "TIMEOUT": (TIMEOUT, "time limit reached"),
+    "DEADLINE": (TIMEOUT, "deadline reached"),
+    "NODE_FAIL": (NODE_FAILURE, ""),
+    "BOOT_FAIL": (NODE_FAILURE, "node failed to boot"),
+    "FAILED": (APP_FAILURE, ""),
+    "OUT_OF_MEMORY": (APP_FAILURE, "out of memory"),
+    "CANCELLED": (CANCELLED, ""),
+    "REQUEUED": (REQUEUED, ""),
+    "REQUEUE_HOLD": (REQUEUED, "held after requeue"),
+    "REQUEUE_FED": (REQUEUED, ""),
+    "SPECIAL_EXIT": (REQUEUED, "held in special exit state"),
+    "RUNNING": (RUNNING, ""),
+    "COMPLETING": (RUNNING, "completing"),
+    "SUSPENDED": (RUNNING, "suspended"),
+    "PENDING": (PENDING, ""),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a job: from one start to the next requeue, or to the end."""
+
+    job_id: str
+    index: int  # 0 for the first run; equals SLURM_RESTART_COUNT inside that run
+    state: str
+    cause: str
+    detail: str
+    submit: datetime | None
+    eligible: datetime | None
+    start: datetime | None
+    end: datetime | None
+    elapsed_s: int | None
+    nodes: int | None
+    nodelist: str
+    exit_code: int | None
+    exit_signal: int | None
+    gap_to_next_s: float | None = None  # end of this run to the start of the next one
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: datetimes as ISO strings."""
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, datetime):
+                out[key] = value.isoformat()
+        return out
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """All runs of one job id (an array task has its own)."""
+
+    job_id: str
+    name: str
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def restarts(self) -> int:
+        return max(0, len(self.runs) - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "name": self.name,
+            "restarts": self.restarts,
+            "runs": [run.to_dict() for run in self.runs],
+        }
+
+
+def classify_run(row: parse.AcctRow, *, requeued_by_hpcjobs: bool = False) -> tuple[str, str]:
+    """``(cause, detail)`` for how one accounting record ended."""
+    cause, detail = _CAUSES.get(row.state, (row.state.lower(), ""))
+    if cause == REQUEUED and requeued_by_hpcjobs:
+        cause = REQUEUED_BY_HPCJOBS
+    elif cause == APP_FAILURE and row.exit_code is not None and not detail:
+        detail = f"exit code {row.exit_code}"
+        if row.exit_signal:
+            detail += f", signal {row.exit_signal}"
+    elif cause == CANCELLED and row.cancelled_by is not None:
+        detail = f"by uid {row.cancelled_by}"
+    return cause, detail
+
+
+def build_history(
+    rows: Sequence[parse.AcctRow],
+    *,
+    hpcjobs_requeues: Mapping[str, Collection[int]] | None = None,
+) -> list[JobHistory]:
+    """Histories from ``sacct -D`` records, one per job id, runs in order.
+
+    Args:
+        rows: accounting records, any order, possibly of several jobs.
+        hpcjobs_requeues: job id -> indexes of runs that hpcjobs itself requeued.
+    """
+    marks = hpcjobs_requeues or {}
+    histories = []
+    for job_id, group in group_runs(rows).items():
+        runs: list[Run] = []
+        for index, row in enumerate(group):
+            cause, detail = classify_run(row, requeued_by_hpcjobs=index in marks.get(job_id, ()))
+            runs.append(
+                Run(
+                    job_id=job_id,
+                    index=index,
+                    state=row.state,
+                    cause=cause,
+                    detail=detail,
+                    submit=row.submit,
+                    eligible=row.eligible,
+                    start=row.start,
+                    end=row.end,
+                    elapsed_s=row.elapsed_s,
+                    nodes=row.nodes,
+                    nodelist=row.nodelist,
+                    exit_code=row.exit_code,
+                    exit_signal=row.exit_signal,
+                )
+            )
+        for i in range(len(runs) - 1):
+            this, nxt = runs[i], runs[i + 1]
+            if this.end and nxt.start:
+                runs[i] = replace(this, gap_to_next_s=(nxt.start - this.end).total_seconds())
+        histories.append(JobHistory(job_id=job_id, name=group[-1].name, runs=runs))
+    return histories
+
+
+def job_history(
+    client: SlurmClient,
+    job_id: str,
+    *,
+    hpcjobs_requeues: Mapping[str, Collection[int]] | None = None,
+) -> list[JobHistory]:
+    """Every run of ``job_id`` (every task's, for an array), from one ``sacct -D`` call.
+
+    Raises:
+        UnknownJobError: accounting has no record of the job.
+        AccountingDisabledError: the cluster keeps no accounting.
+    """
+    (clean,) = check_job_ids([job_id])
+    rows = client.accounting([clean], duplicates=True)
+    histories = build_history(rows, hpcjobs_requeues=hpcjobs_requeues)
+    if not histories:
+        raise UnknownJobError([clean])
+    return histories

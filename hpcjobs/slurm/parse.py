@@ -1,0 +1,343 @@
+"""Pure parsers for the output of Slurm's client commands.
+
+They take text and return plain values, never run anything, and are tested on output recorded
+from Slurm 22.05 and 24.11 (``tests/data/slurm``). The queries that produce this text are
+built in :mod:`hpcjobs.slurm.client` from the field lists defined here, so both sides agree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+#: squeue ``--Format`` fields. ``Name`` comes last: it is free text and may contain ``|``.
+SQUEUE_FIELDS = (
+    "JobArrayID",
+    "JobID",
+    "ArrayJobID",
+    "ArrayTaskID",
+    "State",
+    "Reason",
+    "NodeList",
+    "TimeUsed",
+    "NumNodes",
+    "RestartCnt",
+    "Partition",
+    "UserName",
+    "Name",
+)
+
+#: sacct ``--format`` fields. ``JobName`` comes last for the same reason.
+SACCT_FIELDS = (
+    "JobID",
+    "JobIDRaw",
+    "State",
+    "ExitCode",
+    "DerivedExitCode",
+    "Reason",
+    "Submit",
+    "Eligible",
+    "Start",
+    "End",
+    "Elapsed",
+    "NNodes",
+    "NodeList",
+    "Partition",
+    "User",
+    "JobName",
+)
+
+#: squeue fields for finding a submission by its token (``Comment`` is free text: last).
+TOKEN_FIELDS = ("ArrayJobID", "JobID", "Comment")
+
+_NULLS = frozenset({"", "(null)", "N/A", "None", "Unknown", "None assigned"})
+
+
+def squeue_format(fields: tuple[str, ...]) -> str:
+    """The ``squeue -O`` argument: every field unpadded and followed by ``|``."""
+    return ",".join(f"{name}:|" for name in fields)
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One line of ``squeue``: a job, an array task, or a still-pending block of array tasks."""
+
+    job_id: str  # as users see it: "12", "12_3" or "12_[4-9%2]"
+    raw_id: str  # Slurm's internal id of this record
+    array_job_id: str
+    array_tasks: str | None  # "3", "4-9%2", or None for a plain job
+    state: str
+    reason: str
+    nodelist: str
+    elapsed_s: int | None
+    nodes: int | None
+    restarts: int
+    partition: str
+    user: str
+    name: str
+
+
+@dataclass(frozen=True)
+class AcctRow:
+    """One line of ``sacct -X``: one run of a job (``-D`` lists every run of a requeued job)."""
+
+    job_id: str  # "12" or "12_3"
+    raw_id: str
+    state: str  # base state: "CANCELLED by 0" becomes "CANCELLED"
+    cancelled_by: str | None  # the uid after "CANCELLED by"
+    exit_code: int | None
+    exit_signal: int | None
+    derived_exit_code: int | None
+    reason: str
+    submit: datetime | None
+    eligible: datetime | None
+    start: datetime | None
+    end: datetime | None
+    elapsed_s: int | None
+    nodes: int | None
+    nodelist: str
+    partition: str
+    user: str
+    name: str
+
+    @property
+    def array_job_id(self) -> str:
+        return self.job_id.split("_", 1)[0]
+
+
+def _split(line: str, count: int, *, trailing: bool) -> list[str] | None:
+    """Split ``line`` into ``count`` fields; the last one keeps any ``|`` it contains."""
+    if trailing:
+        if not line.endswith("|"):
+            return None
+        line = line[:-1]
+    parts = line.split("|", count - 1)
+    return parts if len(parts) == count else None
+
+
+def parse_squeue(text: str) -> list[QueueRow]:
+    """Parse ``squeue -h -O`` output made with :data:`SQUEUE_FIELDS`.
+
+    Raises:
+        ValueError: a line does not have the expected fields.
+    """
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = _split(line, len(SQUEUE_FIELDS), trailing=True)
+        if parts is None:
+            raise ValueError(f"unexpected squeue line: {line!r}")
+        f = dict(zip(SQUEUE_FIELDS, parts, strict=True))
+        rows.append(
+            QueueRow(
+                job_id=f["JobArrayID"].strip(),
+                raw_id=f["JobID"].strip(),
+                array_job_id=f["ArrayJobID"].strip() or f["JobID"].strip(),
+                array_tasks=_text_or_none(f["ArrayTaskID"]),
+                state=base_state(f["State"])[0],
+                reason=_text(f["Reason"]),
+                nodelist=_text(f["NodeList"]),
+                elapsed_s=parse_duration(f["TimeUsed"]),
+                nodes=_int_or_none(f["NumNodes"]),
+                restarts=_int_or_none(f["RestartCnt"]) or 0,
+                partition=_text(f["Partition"]),
+                user=_text(f["UserName"]),
+                name=f["Name"],
+            )
+        )
+    return rows
+
+
+def parse_sacct(text: str) -> list[AcctRow]:
+    """Parse ``sacct -X -P -n`` output made with :data:`SACCT_FIELDS`.
+
+    Raises:
+        ValueError: a line does not have the expected fields.
+    """
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = _split(line, len(SACCT_FIELDS), trailing=False)
+        if parts is None:
+            raise ValueError(f"unexpected sacct line: {line!r}")
+        f = dict(zip(SACCT_FIELDS, parts, strict=True))
+        state, by = base_state(f["State"])
+        code, sig = parse_exit_code(f["ExitCode"])
+        derived, _ = parse_exit_code(f["DerivedExitCode"])
+        rows.append(
+            AcctRow(
+                job_id=f["JobID"].strip(),
+                raw_id=f["JobIDRaw"].strip(),
+                state=state,
+                cancelled_by=by,
+                exit_code=code,
+                exit_signal=sig,
+                derived_exit_code=derived,
+                reason=_text(f["Reason"]),
+                submit=parse_timestamp(f["Submit"]),
+                eligible=parse_timestamp(f["Eligible"]),
+                start=parse_timestamp(f["Start"]),
+                end=parse_timestamp(f["End"]),
+                elapsed_s=parse_duration(f["Elapsed"]),
+                nodes=_int_or_none(f["NNodes"]),
+                nodelist=_text(f["NodeList"]),
+                partition=_text(f["Partition"]),
+                user=_text(f["User"]),
+                name=f["JobName"],
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    """A job that carries an hpcjobs submission token in its comment."""
+
+    job_id: str
+    comment: str
+
+
+def parse_token_rows(text: str) -> list[TokenRow]:
+    """Parse ``squeue -h -O`` output made with :data:`TOKEN_FIELDS`."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = _split(line, len(TOKEN_FIELDS), trailing=True)
+        if parts is None:
+            raise ValueError(f"unexpected squeue line: {line!r}")
+        array_id, raw_id, comment = parts
+        rows.append(TokenRow(job_id=array_id.strip() or raw_id.strip(), comment=comment))
+    return rows
+
+
+_SBATCH_ID = re.compile(r"^(\d+)(?:;(\S+))?$")
+
+
+def parse_sbatch_parsable(text: str) -> str:
+    """The job id from ``sbatch --parsable`` output (``"123"`` or ``"123;cluster"``).
+
+    Raises:
+        ValueError: no job id in the output.
+    """
+    for line in reversed(text.strip().splitlines()):
+        match = _SBATCH_ID.match(line.strip())
+        if match:
+            return match.group(1)
+    raise ValueError(f"no job id in sbatch output: {text.strip()!r}")
+
+
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str) -> str:
+    """``"22.05.8"`` from ``sbatch --version`` (``"slurm 24.11.1"``, ``"slurm-wlm 22.05.8"``).
+
+    Raises:
+        ValueError: no version number in the text.
+    """
+    match = _VERSION.search(text)
+    if not match:
+        raise ValueError(f"no Slurm version in {text.strip()!r}")
+    return match.group(0)
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a Slurm or pyslurm version: ``"22.05.8"`` and ``"22.5.0"`` agree."""
+    match = _VERSION.search(version)
+    if not match:
+        raise ValueError(f"not a version: {version!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """``scontrol show config`` as a dict of ``Key = Value`` lines (later sections ignored)."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        if " = " not in line:
+            continue
+        key, _, value = line.partition(" = ")
+        key = key.strip()
+        if key and " " not in key and key not in values:
+            values[key] = value.strip()
+    return values
+
+
+def parse_job_record(text: str) -> dict[str, str]:
+    """``scontrol show job -o`` for one job (one line of ``Key=Value`` pairs).
+
+    Values may contain spaces (``Reason=...``, ``Command=``); a new pair starts only at a
+    ``Key=`` whose key is a known-looking identifier after a space.
+    """
+    record: dict[str, str] = {}
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    matches = list(re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=", line))
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        record.setdefault(match.group(1), line[match.end() : end].strip())
+    return record
+
+
+def base_state(state: str) -> tuple[str, str | None]:
+    """``("CANCELLED", "0")`` from ``"CANCELLED by 0"``; other states come back unchanged."""
+    state = state.strip()
+    head, sep, by = state.partition(" by ")
+    head = head.rstrip("+").strip()
+    return head, (by.strip() or None) if sep else None
+
+
+_DURATION = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?$")
+
+
+def parse_duration(text: str) -> int | None:
+    """Seconds from Slurm's ``[D-][HH:]MM:SS`` (``"1:02:03"``, ``"2-00:00:10"``, ``"0:07"``)."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        return None
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def parse_timestamp(text: str) -> datetime | None:
+    """A local-time ``datetime`` from Slurm's ``YYYY-MM-DDTHH:MM:SS``; None when unset."""
+    text = text.strip()
+    if text in _NULLS:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def parse_exit_code(text: str) -> tuple[int | None, int | None]:
+    """``(code, signal)`` from ``"1:0"``; ``(None, None)`` when absent."""
+    code, _, sig = text.strip().partition(":")
+    return _int_or_none(code), _int_or_none(sig)
+
+
+def format_duration(seconds: int | None) -> str:
+    """Slurm-style ``[D-]HH:MM:SS`` for display; ``"-"`` when unknown."""
+    if seconds is None:
+        return "-"
+    days, rest = divmod(max(0, int(seconds)), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def _text(value: str) -> str:
+    value = value.strip()
+    return "" if value in _NULLS else value
+
+
+def _text_or_none(value: str) -> str | None:
+    return _text(value) or None
+
+
+def _int_or_none(value: str) -> int | None:
+    value = value.strip()
+    return int(value) if value.isdigit() else None

@@ -1,0 +1,331 @@
+"""Submit a rendered job to Slurm exactly once, and keep a record of it.
+
+:func:`submit_rendered` takes anything shaped like the renderer's output (see
+:class:`RenderedJobLike`), writes the script and a record into a new 0700 folder in the job's
+output dir (:mod:`hpcjobs.records`), and submits it through a :class:`SlurmClient`: transient
+failures are retried, permanent ones fail at once with Slurm's message, and a unique token in
+the job's comment makes sure an ambiguous failure never leaves a duplicate job behind.
+
+**Large arrays.** Slurm refuses array indices at or above the cluster's ``MaxArraySize``
+(``scontrol show config``). A larger ``--array`` is split into chunks, one sbatch call and one
+job id per chunk, each chunk rebased to start at 0. Each chunk's script exports, right after
+its ``#SBATCH`` header::
+
+    HPCJOBS_ARRAY_OFFSET      # first global index of this chunk
+    HPCJOBS_ARRAY_TASK_ID     # SLURM_ARRAY_TASK_ID + HPCJOBS_ARRAY_OFFSET
+
+so a job that reads ``$HPCJOBS_ARRAY_TASK_ID`` (or adds ``${HPCJOBS_ARRAY_OFFSET:-0}`` to
+``$SLURM_ARRAY_TASK_ID``) sees the task numbers the user asked for, split or not. Arrays that
+fit are submitted unchanged and have neither variable. A ``%N`` throttle is shared between the
+chunks so that at most N tasks run at once in total.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, is_dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from hpcjobs import __version__
+from hpcjobs.errors import BadInputError, HpcJobsError, SlurmError
+from hpcjobs.records import make_private_dir, remember, write_private, write_record
+from hpcjobs.slurm.arrays import ArrayChunk, parse_array, split_array
+from hpcjobs.slurm.client import SlurmClient
+
+log = logging.getLogger(__name__)
+
+OFFSET_VAR = "HPCJOBS_ARRAY_OFFSET"
+TASK_VAR = "HPCJOBS_ARRAY_TASK_ID"
+DEPENDENCY_TYPES = ("afterok", "afterany", "afternotok")
+
+_AFTER = re.compile(r"^(\d+(?:_\d+)?)(?::(afterok|afterany|afternotok))?$")
+
+
+class RenderedJobLike(Protocol):
+    """What submission needs from a rendered job (the renderer's ``RenderedJob`` fits)."""
+
+    @property
+    def script(self) -> str: ...
+
+    @property
+    def sbatch_args(self) -> Sequence[str]: ...
+
+    @property
+    def spec(self) -> object: ...
+
+    @property
+    def site_name(self) -> str: ...
+
+    @property
+    def output_dir(self) -> Path: ...
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What a submission produced."""
+
+    job_ids: list[str]
+    script_path: Path
+    record_path: Path
+    token: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_ids[0] if self.job_ids else None,
+            "job_ids": self.job_ids,
+            "script": str(self.script_path),
+            "record": str(self.record_path),
+            "token": self.token,
+        }
+
+
+@dataclass
+class _Plan:
+    """The sbatch calls one submission makes."""
+
+    base_args: list[str]
+    array: str | None
+    chunks: list[ArrayChunk] = field(default_factory=list)
+    max_array_size: int | None = None
+
+
+def submit_rendered(
+    rendered: RenderedJobLike,
+    *,
+    client: SlurmClient,
+    max_array_size: int | None = None,
+    after: list[str] | None = None,
+    index_dir: Path | None = None,
+) -> SubmitResult:
+    """Write the script and record of ``rendered``, then submit it (split if needed).
+
+    Args:
+        rendered: the rendered job: script, sbatch options, spec, site name, output dir.
+        client: the Slurm client to submit through.
+        max_array_size: the cluster's ``MaxArraySize``; asked from Slurm when an array needs it.
+        after: dependencies, each ``JOBID[:afterok|afterany|afternotok]`` (default afterok).
+        index_dir: where the job-id index lives (default ``$XDG_STATE_HOME/hpcjobs/jobs``).
+
+    Returns:
+        The job ids (one per array chunk), the script and record paths, and the token.
+
+    Raises:
+        BadInputError: a malformed array, dependency or comment (exit 2).
+        SlurmError: Slurm refused the job or could not be reached (exit 3).
+    """
+    args = list(rendered.sbatch_args)
+    array, args = take_option(args, "--array", "-a")
+    dependency, args = take_option(args, "--dependency", "-d")
+    comment, args = take_option(args, "--comment", None)
+    if comment is not None and any(ord(c) < 32 or ord(c) == 127 for c in comment):
+        raise BadInputError(f"the job comment contains a control character: {comment!r}")
+    if array is None:
+        spec_array = getattr(rendered.spec, "array", None)
+        array = str(spec_array) if spec_array else None
+    dependency = _merge_dependency(dependency, after or [])
+    if dependency:
+        args.append(f"--dependency={dependency}")
+    plan = _plan(args, array, client, max_array_size)
+
+    token = secrets.token_hex(16)
+    created = datetime.now(timezone.utc)
+    folder = _submission_dir(Path(rendered.output_dir), created, token)
+    script_path = write_private(folder / "job.sh", rendered.script)
+    scripts = _chunk_scripts(folder, rendered.script, plan)
+    record_path = folder / "record.json"
+    record: dict[str, Any] = {
+        "token": token,
+        "state": "submitting",
+        "created": created.isoformat(),
+        "hpcjobs_version": __version__,
+        "slurm_version": client.version(),
+        "site": rendered.site_name,
+        "spec": _jsonable(rendered.spec),
+        "output_dir": str(rendered.output_dir),
+        "workdir": take_option(args, "--chdir", "-D")[0] or os.getcwd(),
+        "script": script_path.name,
+        "sbatch_args": args,
+        "comment": comment,
+        "array": _array_record(plan, scripts),
+        "job_ids": [],
+    }
+    write_record(record_path, record)
+
+    job_ids: list[str] = []
+    try:
+        for index, (chunk_args, script, chunk_token) in enumerate(_calls(plan, scripts, token)):
+            job_ids.append(client.submit(script, chunk_args, token=chunk_token, comment=comment))
+            log.info("submitted chunk %d as job %s", index, job_ids[-1])
+    except HpcJobsError as exc:
+        record.update(state="partial" if job_ids else "failed", job_ids=job_ids, error=exc.message)
+        write_record(record_path, record)
+        if job_ids:
+            remember(job_ids, record_path, index_dir=index_dir)
+            exc.hint = (
+                f"jobs {', '.join(job_ids)} of this array were submitted before the failure; "
+                f"cancel them with 'hpcjobs cancel {' '.join(job_ids)}' or keep them"
+            )
+        raise
+    record.update(
+        state="submitted", job_ids=job_ids, submitted=datetime.now(timezone.utc).isoformat()
+    )
+    write_record(record_path, record)
+    remember(job_ids, record_path, index_dir=index_dir)
+    return SubmitResult(
+        job_ids=job_ids, script_path=script_path, record_path=record_path, token=token
+    )
+
+
+def parse_after(items: Sequence[str]) -> list[tuple[str, str]]:
+    """``[(type, job_id)]`` from ``JOBID[:afterok|afterany|afternotok]`` items.
+
+    Raises:
+        BadInputError: an item is malformed.
+    """
+    parsed = []
+    for item in items:
+        match = _AFTER.fullmatch(item.strip())
+        if not match:
+            raise BadInputError(
+                f"bad dependency {item!r}",
+                hint="use JOBID or JOBID:afterok, JOBID:afterany, JOBID:afternotok",
+            )
+        parsed.append((match.group(2) or "afterok", match.group(1)))
+    return parsed
+
+
+def _merge_dependency(existing: str | None, after: Sequence[str]) -> str | None:
+    """One ``--dependency`` value: the rendered one and ``after``, all required (``,``)."""
+    by_type: dict[str, list[str]] = {}
+    for kind, job_id in parse_after(after):
+        by_type.setdefault(kind, []).append(job_id)
+    parts = [existing] if existing else []
+    parts += [":".join([kind, *ids]) for kind, ids in by_type.items()]
+    return ",".join(parts) or None
+
+
+def _plan(
+    args: list[str], array: str | None, client: SlurmClient, max_array_size: int | None
+) -> _Plan:
+    if array is None:
+        return _Plan(args, None)
+    spec = parse_array(array)
+    limit = max_array_size
+    if limit is None:
+        limit = client.max_array_size()
+    return _Plan(args, array, split_array(spec, limit), limit)
+
+
+def _calls(plan: _Plan, scripts: list[Path], token: str) -> list[tuple[list[str], Path, str]]:
+    """``(sbatch args, script, token)`` per sbatch call."""
+    if not plan.chunks:
+        return [(plan.base_args, scripts[0], token)]
+    if len(plan.chunks) == 1 and plan.chunks[0].offset == 0:
+        return [([*plan.base_args, f"--array={plan.array}"], scripts[0], token)]
+    return [
+        ([*plan.base_args, f"--array={chunk.spec.render()}"], script, f"{token}.{i}")
+        for i, (chunk, script) in enumerate(zip(plan.chunks, scripts, strict=True))
+    ]
+
+
+def _chunk_scripts(folder: Path, script: str, plan: _Plan) -> list[Path]:
+    """The script each sbatch call submits: ``job.sh``, or one per rebased chunk."""
+    if not plan.chunks or (len(plan.chunks) == 1 and plan.chunks[0].offset == 0):
+        return [folder / "job.sh"]
+    return [
+        write_private(folder / f"job.chunk{i}.sh", with_offset(script, chunk.offset))
+        for i, chunk in enumerate(plan.chunks)
+    ]
+
+
+def with_offset(script: str, offset: int) -> str:
+    """``script`` with the array offset exported right after its ``#SBATCH`` header.
+
+    sbatch reads directives only up to the first command, so the header (shebang, comments,
+    blank lines) stays first and intact.
+    """
+    lines = script.splitlines(keepends=True)
+    cut = 0
+    while cut < len(lines) and (not lines[cut].strip() or lines[cut].lstrip().startswith("#")):
+        cut += 1
+    block = (
+        f"# Added by hpcjobs: this array was split to fit MaxArraySize; task numbers are global.\n"
+        f"export {OFFSET_VAR}={offset}\n"
+        f'export {TASK_VAR}="$((SLURM_ARRAY_TASK_ID + {OFFSET_VAR}))"\n'
+    )
+    if cut and not lines[cut - 1].endswith("\n"):
+        lines[cut - 1] += "\n"
+    return "".join([*lines[:cut], block, *lines[cut:]])
+
+
+def _array_record(plan: _Plan, scripts: list[Path]) -> dict[str, Any] | None:
+    if plan.array is None:
+        return None
+    return {
+        "spec": plan.array,
+        "max_array_size": plan.max_array_size,
+        "chunks": [
+            {"offset": chunk.offset, "array": chunk.spec.render(), "script": script.name}
+            for chunk, script in zip(plan.chunks, scripts, strict=True)
+        ],
+    }
+
+
+def _submission_dir(output_dir: Path, created: datetime, token: str) -> Path:
+    make_private_dir(output_dir)
+    stamp = created.strftime("%Y%m%dT%H%M%SZ")
+    return make_private_dir(output_dir / f"submit-{stamp}-{token[:8]}")
+
+
+def take_option(args: list[str], long: str, short: str | None) -> tuple[str | None, list[str]]:
+    """Remove an option from sbatch args; return its (last) value and the other args."""
+    value: str | None = None
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == long or (short and arg == short):
+            if i + 1 >= len(args):
+                raise BadInputError(f"sbatch option {arg} has no value")
+            value = args[i + 1]
+            i += 2
+            continue
+        if arg.startswith(long + "="):
+            value = arg[len(long) + 1 :]
+        elif short and arg.startswith(short) and len(arg) > len(short) and not arg.startswith("--"):
+            value = arg[len(short) :]
+        else:
+            rest.append(arg)
+        i += 1
+    return value, rest
+
+
+def _jsonable(spec: object) -> Any:
+    """The job spec as JSON-ready data (pydantic model, dataclass, mapping or object)."""
+    dump = getattr(spec, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if is_dataclass(spec) and not isinstance(spec, type):
+        return asdict(spec)
+    if isinstance(spec, dict):
+        return spec
+    return str(spec)
+
+
+__all__ = [
+    "OFFSET_VAR",
+    "TASK_VAR",
+    "RenderedJobLike",
+    "SlurmError",
+    "SubmitResult",
+    "parse_after",
+    "submit_rendered",
+    "take_option",
+    "with_offset",
+]

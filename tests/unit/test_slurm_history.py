@@ -1,0 +1,128 @@
+"""Run history from sacct --duplicates, and the status query built on squeue + sacct."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpcjobs.slurm import parse
+from hpcjobs.slurm.classify import UnknownJobError
+from hpcjobs.slurm.history import build_history, classify_run, job_history
+from hpcjobs.slurm.jobs import query_status, row_matches
+from tests.unit.test_slurm_client import FakeRunner, client_for, fail, ok
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+SACCT22 = (DATA / "22.05/sacct-duplicates.txt").read_text()
+SACCT24 = (DATA / "24.11/sacct-duplicates.txt").read_text()
+IDS = dict(line.split("=") for line in (DATA / "22.05/jobs.txt").read_text().split())
+
+
+def _history(text: str) -> dict[str, list[tuple[str, str]]]:
+    return {
+        h.job_id: [(r.state, r.cause) for r in h.runs]
+        for h in build_history(parse.parse_sacct(text))
+    }
+
+
+def test_causes_from_recorded_22_05() -> None:
+    got = _history(SACCT22)
+    assert got[IDS["preempted"]] == [("PREEMPTED", "preempted"), ("COMPLETED", "completed")]
+    assert got[IDS["nodefail"]] == [("NODE_FAIL", "node failure"), ("COMPLETED", "completed")]
+    assert got[IDS["selfrequeue"]] == [("REQUEUED", "requeued"), ("COMPLETED", "completed")]
+    assert got[IDS["timeout"]] == [("TIMEOUT", "timeout")]
+    assert got[IDS["fail"]] == [("FAILED", "application failure")]
+    assert got[IDS["cancel"]] == [("CANCELLED", "cancelled")]
+    assert got[IDS["ok"]] == [("COMPLETED", "completed")]
+    assert got["23_1"] == [("FAILED", "application failure")]
+
+
+def test_gap_before_the_next_run() -> None:
+    (hist,) = [h for h in build_history(parse.parse_sacct(SACCT22)) if h.job_id == IDS["preempted"]]
+    first, second = hist.runs
+    # Preempted at 03:49:37, running again at 03:51:58 (the ~121 s requeue hold + scheduling).
+    assert first.gap_to_next_s == 141.0 and second.gap_to_next_s is None
+    assert (first.index, second.index, hist.restarts) == (0, 1, 1)
+    data = hist.to_dict()
+    assert data["runs"][0]["start"] == "2026-11-30T03:49:12"
+    assert data["runs"][0]["cause"] == "preempted" and data["restarts"] == 1
+
+
+def test_24_11_four_runs_and_details() -> None:
+    histories = {h.job_id: h for h in build_history(parse.parse_sacct(SACCT24))}
+    runs = histories["1171"].runs
+    assert [r.cause for r in runs] == ["preempted", "node failure", "requeued", "running"]
+    assert [r.gap_to_next_s for r in runs] == [121.0 + 55.0, 180.0, 150.0, None]
+    assert histories["1174"].runs[0].detail == "out of memory"
+    assert histories["1173"].runs[0].detail == "exit code 1"
+    assert histories["1175"].runs[0].detail == "by uid 1000"
+    assert histories["1176_[2-9]"].runs[0].cause == "pending"
+
+
+def test_requeued_by_hpcjobs_is_marked() -> None:
+    rows = parse.parse_sacct(SACCT24)
+    histories = build_history(rows, hpcjobs_requeues={"1171": {2}})
+    runs = next(h for h in histories if h.job_id == "1171").runs
+    assert runs[2].cause == "requeued by hpcjobs"
+    row = next(r for r in rows if r.state == "REQUEUED")
+    assert classify_run(row) == ("requeued", "")
+
+
+def test_job_history_one_sacct_call_and_unknown() -> None:
+    runner = FakeRunner().add("sacct", ok(SACCT24))
+    assert job_history(client_for(runner), "1171")
+    assert runner.count("sacct") == 1 and "-D" in runner.calls[0]
+    runner = FakeRunner().add("sacct", ok(""))
+    with pytest.raises(UnknownJobError) as info:
+        job_history(client_for(runner), "99999")
+    assert info.value.exit_code == 3 and "99999" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("wanted", "job_id", "raw", "hit"),
+    [
+        ("12", "12", "12", True),
+        ("12", "12_3", "15", True),
+        ("12_3", "12_3", "15", True),
+        ("12_5", "12_[3-9%2]", "12", True),
+        ("12_4", "12_[3-9:2]", "12", False),
+        ("15", "12_3", "15", True),
+        ("1", "12", "12", False),
+        ("12_2", "12_[3-9]", "12", False),
+    ],
+)
+def test_row_matches(wanted: str, job_id: str, raw: str, hit: bool) -> None:
+    assert row_matches(wanted, job_id, raw) is hit
+
+
+def test_status_live_jobs_need_one_call() -> None:
+    text = (DATA / "24.11/squeue-all.txt").read_text()
+    runner = FakeRunner().add("squeue", ok(text))
+    report = query_status(client_for(runner), ["1180", "1182"])
+    assert len(runner.calls) == 1
+    assert {j.job_id for j in report.jobs} >= {"1180", "1182_0", "1182_[3-99%8]"}
+    assert report.unknown == []
+
+
+def test_status_finished_jobs_need_a_second_call_and_count_restarts() -> None:
+    runner = FakeRunner().add("squeue", ok("")).add("sacct", ok(SACCT22))
+    ids = [IDS["preempted"], IDS["ok"], "99999"]
+    report = query_status(client_for(runner), ids)
+    assert len(runner.calls) == 2
+    jobs = {j.job_id: j for j in report.jobs}
+    assert jobs[IDS["preempted"]].restarts == 1 and jobs[IDS["preempted"]].state == "COMPLETED"
+    assert jobs[IDS["ok"]].restarts == 0 and jobs[IDS["ok"]].source == "accounting"
+    assert report.unknown == ["99999"]
+
+
+def test_status_without_accounting_falls_back_to_the_queue() -> None:
+    disabled = (DATA / "24.11/sacct-disabled.stderr").read_text()
+    runner = FakeRunner().add("squeue", ok("")).add("sacct", fail(disabled))
+    report = query_status(client_for(runner), ["5"])
+    assert report.unknown == ["5"] and report.accounting is False
+
+
+def test_status_mine_is_one_squeue() -> None:
+    runner = FakeRunner().add("squeue", ok((DATA / "22.05/squeue-all.txt").read_text()))
+    report = query_status(client_for(runner), None, mine=True)
+    assert len(runner.calls) == 1 and "--me" in runner.calls[0] and report.jobs
