@@ -346,7 +346,7 @@ hpcjobs_cause() {
 
 # hpcjobs_continue CAUSE: submit the continuation job and stop Slurm requeueing this one.
 hpcjobs_continue() {
-    local args=() arg new skip=0
+    local args=() arg new skip=0 root=${HPCJOBS_CHAIN_ROOT:-$(hpcjobs_self_id)}
     for arg in "${HPCJOBS_SBATCH_ARGS[@]}"; do
         if ((skip)); then skip=0; continue; fi
         case $arg in
@@ -354,8 +354,8 @@ hpcjobs_continue() {
             -a | -d | --array | --dependency) skip=1; continue ;;
             --output=* | --error=*)
                 # Every run of the chain appends to the first run's log file.
-                arg=${arg//%j/$HPCJOBS_CHAIN_ROOT}
-                arg=${arg//%A/${HPCJOBS_CHAIN_ROOT%%_*}}
+                arg=${arg//%j/$root}
+                arg=${arg//%A/${root%%_*}}
                 ;;
         esac
         args+=("$arg")
@@ -367,7 +367,7 @@ hpcjobs_continue() {
         [[ $name =~ ^(SLURM|SBATCH|SALLOC|SRUN)_ && $name != SLURM_CONF ]] && unset_vars+=(-u "$name")
     done
     if new=$(cd "${SLURM_SUBMIT_DIR:-$HPCJOBS_RUN_DIR}" && env "${unset_vars[@]}" \
-        HPCJOBS_CHAIN_ROOT="$HPCJOBS_CHAIN_ROOT" sbatch --parsable \
+        HPCJOBS_CHAIN_ROOT="$root" sbatch --parsable \
         "--dependency=afterany:$SLURM_JOB_ID" "${args[@]}" "$0" 2>&1); then
         new=${new%%;*}
         [[ -n ${SLURM_ARRAY_TASK_ID:-} ]] && new="${new}_$SLURM_ARRAY_TASK_ID"
