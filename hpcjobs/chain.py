@@ -17,6 +17,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcjobs.errors import HpcJobsError
+from hpcjobs.runner import Runner
+
 _KV = re.compile(r"(\w+)=(-?\d+)")
 _CONTINUED = re.compile(r"continued as job (\d+(?:_\d+)?)")
 
@@ -137,3 +140,63 @@ def read_chain(path: Path) -> Chain:
         return parse_chain(path.read_text())
     except OSError:
         return Chain()
+
+
+# ---- finding a job's chain ---------------------------------------------------------------------
+
+
+@dataclass
+class ChainRef:
+    """A submitted job's chain: its first job id, where its files are, and its events."""
+
+    root: str
+    output_dir: str
+    chain: Chain
+
+    @property
+    def current(self) -> str:
+        """The chain's newest job id (the one running, pending, or last to run)."""
+        ids = self.chain.job_ids
+        return ids[-1] if ids else self.root
+
+
+def chain_path(output_dir: str, root: str) -> str:
+    return f"{output_dir.rstrip('/')}/chain-{root}.tsv"
+
+
+def load_chain(
+    job_id: str,
+    runner: Runner,
+    *,
+    output_dir: str | None = None,
+    index_dir: Path | None = None,
+) -> ChainRef | None:
+    """The chain that ``job_id`` started, read through ``runner`` (so also over SSH).
+
+    The output dir comes from the local job index that ``hpcjobs submit`` keeps; None when
+    the job was not submitted by hpcjobs from here, or its chain has no events yet.
+    """
+    from hpcjobs.records import index_entry, read_record
+
+    if output_dir is None:
+        entry = index_entry(job_id, index_dir=index_dir)
+        if entry is None:
+            return None
+        output_dir = entry.get("output_dir")
+        if not output_dir and not entry.get("host"):
+            try:
+                output_dir = read_record(Path(str(entry.get("record")))).get("output_dir")
+            except HpcJobsError:
+                return None
+        if not output_dir:
+            return None
+    try:
+        result = runner.run(["cat", chain_path(output_dir, job_id)], check=False, timeout=60)
+    except HpcJobsError:
+        return None
+    if not result.ok:
+        return None
+    chain = parse_chain(result.stdout)
+    if not chain.events:
+        return None
+    return ChainRef(root=job_id, output_dir=output_dir, chain=chain)

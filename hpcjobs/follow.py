@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hpcjobs.runner import Runner
 from hpcjobs.slurm.classify import UnknownJobError
 from hpcjobs.slurm.jobs import JobStatus, query_status
 from hpcjobs.slurm.states import MAY_REQUEUE, exit_code_for, is_terminal
@@ -222,6 +223,44 @@ def _gone(job_id: str) -> JobStatus:
         user="",
         source="none",
     )
+
+
+def follow_chain(
+    client: SlurmClient,
+    runner: Runner,
+    root: str,
+    *,
+    on_event: Callable[[JobEvent], None],
+    on_note: Callable[[str], None],
+    output_dir: str | None = None,
+    schedule: PollSchedule | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> FollowResult:
+    """Follow a job and every continuation of it until the chain ends.
+
+    A preempted or timed-out hpcjobs job continues as a new job id (see docs/requeue.md);
+    this follows each in turn. The exit code is the chain's: 0 when its event log says it
+    finished, 1 when it failed; the last job's own result when there is no event log.
+    """
+    from hpcjobs.chain import load_chain
+
+    current = root
+    followed: set[str] = set()
+    while True:
+        followed.add(current)
+        result = follow_jobs(client, [current], on_event=on_event, schedule=schedule, sleep=sleep)
+        ref = load_chain(root, runner, output_dir=output_dir)
+        if ref is None:
+            return result
+        final = ref.chain.final
+        if final is not None:
+            on_note(f"chain of job {root}: {final.cause} ({final.detail})")
+            return FollowResult(0 if final.cause == "finish" else 1, result.states)
+        after = [j for j in ref.chain.job_ids if j not in followed]
+        if not after:
+            return result
+        current = after[0]
+        on_note(f"job {root} continues as job {current}")
 
 
 # ---- logs -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import re
 import shlex
 import signal as _signal
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -299,7 +300,22 @@ def job_name_for_path(name: str) -> str:
     return cleaned[:100]
 
 
-def resolve_spec(spec: JobSpec, site: SiteConfig, *, cwd: Path | None = None) -> JobSpec:
+@dataclass(frozen=True)
+class Where:
+    """Where the job is submitted from: paths and ``~`` resolve there.
+
+    For a remote (SSH) submission ``home`` and ``user`` are the login node's, and relative
+    paths resolve against the remote home.
+    """
+
+    cwd: Path | None = None
+    home: str | None = None
+    user: str | None = None
+
+
+def resolve_spec(
+    spec: JobSpec, site: SiteConfig, *, cwd: Path | None = None, where: Where | None = None
+) -> JobSpec:
     """Fill in the site's defaults and check the request against the partition.
 
     Args:
@@ -335,11 +351,15 @@ def resolve_spec(spec: JobSpec, site: SiteConfig, *, cwd: Path | None = None) ->
             hint="drop the container, or ask the admins to set setup.container.runtime",
         )
     name = spec.name or Path(spec.command[0]).name or "job"
-    base = cwd or Path.cwd()
-    chdir = _absolute(spec.chdir, base) if spec.chdir else None
+    where = where or Where(cwd=cwd)
+    base = where.cwd or (Path(where.home) if where.home else None) or Path.cwd()
+    home = where.home
+    chdir = _absolute(spec.chdir, base, home) if spec.chdir else None
     workdir = Path(chdir) if chdir else base
-    output_dir = _output_dir(spec, site, part, name, workdir)
-    checkpoint = _absolute(spec.checkpoint_dir or str(Path(output_dir) / "checkpoints"), workdir)
+    output_dir = _output_dir(spec, site, part, name, workdir, home, where.user)
+    checkpoint = _absolute(
+        spec.checkpoint_dir or str(Path(output_dir) / "checkpoints"), workdir, home
+    )
     return spec.model_copy(
         update={
             "name": name,
@@ -443,13 +463,21 @@ def _resolve_requeue(policy: RequeuePolicy, site: SiteConfig, time_s: int | None
     )
 
 
-def _output_dir(spec: JobSpec, site: SiteConfig, part: Partition, name: str, base: Path) -> str:
+def _output_dir(
+    spec: JobSpec,
+    site: SiteConfig,
+    part: Partition,
+    name: str,
+    base: Path,
+    home: str | None = None,
+    user: str | None = None,
+) -> str:
     if spec.output_dir is not None:
         raw = spec.output_dir
     else:
         raw = site.slurm.output_dir.format(
             job_name=job_name_for_path(name),
-            user=job_name_for_path(_user()),
+            user=job_name_for_path(user or _user()),
             site=site.name,
             partition=part.name,
         )
@@ -458,11 +486,14 @@ def _output_dir(spec: JobSpec, site: SiteConfig, part: Partition, name: str, bas
             f"output dir {raw!r} contains '%', which Slurm would read as a file name pattern",
             hint="choose an output dir without '%'",
         )
-    return _absolute(raw, base)
+    return _absolute(raw, base, home)
 
 
-def _absolute(path: str, base: Path) -> str:
-    expanded = Path(os.path.expanduser(path))
+def _absolute(path: str, base: Path, home: str | None = None) -> str:
+    if home is not None and (path == "~" or path.startswith("~/")):
+        expanded = Path(home + path[1:])
+    else:
+        expanded = Path(os.path.expanduser(path))
     return os.path.normpath(expanded if expanded.is_absolute() else base / expanded)
 
 

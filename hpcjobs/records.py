@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hpcjobs.errors import BadInputError
 
@@ -83,6 +83,30 @@ def write_private(path: Path, text: str) -> Path:
     return path
 
 
+class FileStore(Protocol):
+    """Where a submission's files go: this machine, or a login node over SFTP."""
+
+    def makedirs(self, path: str, mode: int = DIR_MODE) -> None: ...
+
+    def write_text(self, path: str, text: str, mode: int = FILE_MODE) -> None: ...
+
+
+class LocalFiles:
+    """:class:`FileStore` on this machine: 0700 folders, atomic 0600 files."""
+
+    def makedirs(self, path: str, mode: int = DIR_MODE) -> None:
+        make_private_dir(Path(path))
+
+    def write_text(self, path: str, text: str, mode: int = FILE_MODE) -> None:
+        write_private(Path(path), text)
+
+
+def record_text(record: Mapping[str, Any]) -> str:
+    """A submission record as JSON text."""
+    body = {"format": RECORD_FORMAT, **record}
+    return json.dumps(body, indent=2, sort_keys=True, default=str) + "\n"
+
+
 def write_record(path: Path, record: Mapping[str, Any]) -> Path:
     """Write a submission record (JSON, 0600, atomic)."""
     body = {"format": RECORD_FORMAT, **record}
@@ -110,12 +134,35 @@ def default_index_dir() -> Path:
     return Path(base) / "hpcjobs" / "jobs"
 
 
-def remember(job_ids: Iterable[str], record_path: Path, *, index_dir: Path | None = None) -> None:
-    """Note in the index that ``job_ids`` were submitted with the record at ``record_path``."""
+def remember(
+    job_ids: Iterable[str],
+    record_path: Path,
+    *,
+    index_dir: Path | None = None,
+    output_dir: str | None = None,
+    host: str | None = None,
+) -> None:
+    """Note in the index that ``job_ids`` were submitted with the record at ``record_path``.
+
+    ``host`` is the login node of a remote submission (its record lives there); ``output_dir``
+    is where the job's logs and event log are.
+    """
     folder = make_private_dir(index_dir or default_index_dir())
     for job_id in job_ids:
-        entry = {"job_id": job_id, "record": str(record_path.resolve())}
+        path = str(record_path) if host else str(record_path.resolve())
+        entry = {"job_id": job_id, "record": path, "output_dir": output_dir, "host": host}
         write_private(folder / f"{_safe_id(job_id)}.json", json.dumps(entry) + "\n")
+
+
+def index_entry(job_id: str, *, index_dir: Path | None = None) -> dict[str, Any] | None:
+    """The index entry of a submitted job (``12_3`` looks up ``12``), if any."""
+    base = job_id.split("_", 1)[0]
+    entry = (index_dir or default_index_dir()) / f"{_safe_id(base)}.json"
+    try:
+        data = json.loads(entry.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def find_record(job_id: str, *, index_dir: Path | None = None) -> Path | None:

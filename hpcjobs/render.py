@@ -16,7 +16,7 @@ from typing import Any
 from hpcjobs.binding import BindingPlan, plan_binding
 from hpcjobs.config.models import Partition, SiteConfig, Topology
 from hpcjobs.errors import BadInputError
-from hpcjobs.jobspec import JobSpec, resolve_spec
+from hpcjobs.jobspec import JobSpec, Where, resolve_spec
 from hpcjobs.sbatchopts import check_sbatch_options
 from hpcjobs.templating import (
     BLOCKS,
@@ -24,6 +24,7 @@ from hpcjobs.templating import (
     block_file,
     find_template,
     make_environment,
+    quote,
     render_template,
     search_path,
 )
@@ -62,7 +63,12 @@ class RenderedJob:
 
 
 def render_job(
-    spec: JobSpec, site: SiteConfig, *, template_dirs: list[Path] | None = None
+    spec: JobSpec,
+    site: SiteConfig,
+    *,
+    template_dirs: list[Path] | None = None,
+    where: Where | None = None,
+    array_task_checkpoints: bool = False,
 ) -> RenderedJob:
     """Render ``spec`` for ``site``.
 
@@ -70,6 +76,9 @@ def render_job(
         spec: The job as the user described it (defaults are filled in from the site).
         site: The site config.
         template_dirs: Extra template folders, searched before all others.
+        where: Where paths resolve (a remote login node's home and user); default here.
+        array_task_checkpoints: Give each task of an array its own checkpoint folder,
+            ``<checkpoint dir>/task-<index>`` (the global index, also when the array is split).
 
     Returns:
         The rendered job.
@@ -78,7 +87,7 @@ def render_job(
         BadInputError: The spec does not fit the site (exit 2).
         TemplateError: A template is missing or broken.
     """
-    job = resolve_spec(spec, site)
+    job = resolve_spec(spec, site, where=where)
     assert job.partition is not None and job.launcher is not None
     part = site.partition(job.partition)
     topology = site.topology_for(part)
@@ -98,6 +107,8 @@ def render_job(
     sources = {"main": find_template(main, dirs)}
     sources.update({block: find_template(block_file(block), dirs) for block in BLOCKS})
     context = _context(job, site, part, plan, tuning, args, topology)
+    if array_task_checkpoints and job.array:
+        context["hpcjobs_env"] = _per_task_checkpoints(context["hpcjobs_env"])
     script = render_template(make_environment(dirs), main, context)
     return RenderedJob(
         script=script,
@@ -230,6 +241,20 @@ def _context(
         "master_port_expr": Raw(master_port_expr()),
         "has_topology": topology is not None,
     }
+
+
+#: The array task a script runs, numbered globally even when the array was split.
+_ARRAY_TASK = '"${HPCJOBS_ARRAY_TASK_ID:-${SLURM_ARRAY_TASK_ID:-0}}"'
+
+
+def _per_task_checkpoints(env: list[EnvVar]) -> list[EnvVar]:
+    """``HPCJOBS_CHECKPOINT_DIR`` with one sub-folder per array task, expanded at run time."""
+    out = []
+    for var in env:
+        if var.name == "HPCJOBS_CHECKPOINT_DIR" and var.value:
+            var = EnvVar(var.name, Raw(quote(f"{var.value}/task-") + _ARRAY_TASK), var.origin)
+        out.append(var)
+    return out
 
 
 def _container(job: JobSpec, site: SiteConfig) -> dict[str, Any] | None:

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from hpcjobs import __version__
 from hpcjobs.errors import BadInputError, HpcJobsError, SlurmError
-from hpcjobs.records import make_private_dir, remember, write_private, write_record
+from hpcjobs.records import FileStore, LocalFiles, record_text, remember
 from hpcjobs.slurm.arrays import ArrayChunk, parse_array, split_array
 from hpcjobs.slurm.client import SlurmClient
 
@@ -102,6 +102,8 @@ def submit_rendered(
     max_array_size: int | None = None,
     after: list[str] | None = None,
     index_dir: Path | None = None,
+    files: FileStore | None = None,
+    host: str | None = None,
 ) -> SubmitResult:
     """Write the script and record of ``rendered``, then submit it (split if needed).
 
@@ -111,6 +113,9 @@ def submit_rendered(
         max_array_size: the cluster's ``MaxArraySize``; asked from Slurm when an array needs it.
         after: dependencies, each ``JOBID[:afterok|afterany|afternotok]`` (default afterok).
         index_dir: where the job-id index lives (default ``$XDG_STATE_HOME/hpcjobs/jobs``).
+        files: where the script and record are written (default: this machine); a remote
+            submission passes its SSH runner, which writes over SFTP.
+        host: the login node of a remote submission, noted in the local job index.
 
     Returns:
         The job ids (one per array chunk), the script and record paths, and the token.
@@ -133,11 +138,13 @@ def submit_rendered(
         args.append(f"--dependency={dependency}")
     plan = _plan(args, array, client, max_array_size)
 
+    store = files or LocalFiles()
     token = secrets.token_hex(16)
     created = datetime.now(timezone.utc)
-    folder = _submission_dir(Path(rendered.output_dir), created, token)
-    script_path = write_private(folder / "job.sh", rendered.script)
-    scripts = _chunk_scripts(folder, rendered.script, plan)
+    folder = _submission_dir(store, Path(rendered.output_dir), created, token)
+    script_path = folder / "job.sh"
+    store.write_text(str(script_path), rendered.script)
+    scripts = _chunk_scripts(store, folder, rendered.script, plan)
     record_path = folder / "record.json"
     record: dict[str, Any] = {
         "token": token,
@@ -148,14 +155,15 @@ def submit_rendered(
         "site": rendered.site_name,
         "spec": _jsonable(rendered.spec),
         "output_dir": str(rendered.output_dir),
-        "workdir": take_option(args, "--chdir", "-D")[0] or os.getcwd(),
+        "workdir": take_option(args, "--chdir", "-D")[0] or (None if host else os.getcwd()),
+        "host": host,
         "script": script_path.name,
         "sbatch_args": args,
         "comment": comment,
         "array": _array_record(plan, scripts),
         "job_ids": [],
     }
-    write_record(record_path, record)
+    store.write_text(str(record_path), record_text(record))
 
     job_ids: list[str] = []
     try:
@@ -164,9 +172,15 @@ def submit_rendered(
             log.info("submitted chunk %d as job %s", index, job_ids[-1])
     except HpcJobsError as exc:
         record.update(state="partial" if job_ids else "failed", job_ids=job_ids, error=exc.message)
-        write_record(record_path, record)
+        store.write_text(str(record_path), record_text(record))
         if job_ids:
-            remember(job_ids, record_path, index_dir=index_dir)
+            remember(
+                job_ids,
+                record_path,
+                index_dir=index_dir,
+                output_dir=str(rendered.output_dir),
+                host=host,
+            )
             exc.hint = (
                 f"jobs {', '.join(job_ids)} of this array were submitted before the failure; "
                 f"cancel them with 'hpcjobs cancel {' '.join(job_ids)}' or keep them"
@@ -175,8 +189,10 @@ def submit_rendered(
     record.update(
         state="submitted", job_ids=job_ids, submitted=datetime.now(timezone.utc).isoformat()
     )
-    write_record(record_path, record)
-    remember(job_ids, record_path, index_dir=index_dir)
+    store.write_text(str(record_path), record_text(record))
+    remember(
+        job_ids, record_path, index_dir=index_dir, output_dir=str(rendered.output_dir), host=host
+    )
     return SubmitResult(
         job_ids=job_ids, script_path=script_path, record_path=record_path, token=token
     )
@@ -234,14 +250,16 @@ def _calls(plan: _Plan, scripts: list[Path], token: str) -> list[tuple[list[str]
     ]
 
 
-def _chunk_scripts(folder: Path, script: str, plan: _Plan) -> list[Path]:
+def _chunk_scripts(store: FileStore, folder: Path, script: str, plan: _Plan) -> list[Path]:
     """The script each sbatch call submits: ``job.sh``, or one per rebased chunk."""
     if not plan.chunks or (len(plan.chunks) == 1 and plan.chunks[0].offset == 0):
         return [folder / "job.sh"]
-    return [
-        write_private(folder / f"job.chunk{i}.sh", with_offset(script, chunk.offset))
-        for i, chunk in enumerate(plan.chunks)
-    ]
+    paths = []
+    for i, chunk in enumerate(plan.chunks):
+        path = folder / f"job.chunk{i}.sh"
+        store.write_text(str(path), with_offset(script, chunk.offset))
+        paths.append(path)
+    return paths
 
 
 def with_offset(script: str, offset: int) -> str:
@@ -277,10 +295,12 @@ def _array_record(plan: _Plan, scripts: list[Path]) -> dict[str, Any] | None:
     }
 
 
-def _submission_dir(output_dir: Path, created: datetime, token: str) -> Path:
-    make_private_dir(output_dir)
+def _submission_dir(store: FileStore, output_dir: Path, created: datetime, token: str) -> Path:
+    store.makedirs(str(output_dir))
     stamp = created.strftime("%Y%m%dT%H%M%SZ")
-    return make_private_dir(output_dir / f"submit-{stamp}-{token[:8]}")
+    folder = output_dir / f"submit-{stamp}-{token[:8]}"
+    store.makedirs(str(folder))
+    return folder
 
 
 def take_option(args: list[str], long: str, short: str | None) -> tuple[str | None, list[str]]:

@@ -27,11 +27,13 @@ SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "HPCJOBS_")
 
 
 @pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests never see the Slurm or hpcjobs settings of the shell that runs them."""
+def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Tests never see the Slurm or hpcjobs settings of the shell that runs them, nor its
+    job index (``$XDG_STATE_HOME/hpcjobs/jobs``)."""
     for key in list(os.environ):
         if key.startswith(SCRUB_PREFIXES):
             monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
 
 
 def _slurm_available() -> str | None:

@@ -6,6 +6,9 @@ import re
 
 import click
 
+from hpcjobs.cli.common import chains_for, slurm_access
+from hpcjobs.cli.options import host_option
+
 _SIGNAL = re.compile(r"^(?:SIG)?[A-Z][A-Z0-9+-]*$|^\d{1,2}$")
 
 
@@ -18,14 +21,19 @@ _SIGNAL = re.compile(r"^(?:SIG)?[A-Z][A-Z0-9+-]*$|^\d{1,2}$")
     metavar="SIG",
     help="Send this signal (USR1, SIGTERM, 10, ...) instead of cancelling.",
 )
-def cancel(job_ids: tuple[str, ...], signal: str | None) -> None:
+@host_option
+@click.pass_context
+def cancel(
+    ctx: click.Context, job_ids: tuple[str, ...], signal: str | None, host: str | None
+) -> None:
     """Cancel JOBID... (array ids cancel every task; use JOBID_N for one task).
 
     All jobs go to Slurm in one scancel call. Jobs that had already ended are reported, not
-    treated as errors. Exits 3 if Slurm does not know a job.
+    treated as errors. Exits 3 if Slurm does not know a job. For a job hpcjobs continued
+    after a preemption or timeout, the first id stands for the whole chain: its current job
+    and any pending continuation are cancelled (or signalled) too.
     """
     from hpcjobs.errors import BadInputError
-    from hpcjobs.slurm import backend
     from hpcjobs.slurm.classify import UnknownJobError
     from hpcjobs.slurm.client import check_job_ids
     from hpcjobs.slurm.jobs import query_status
@@ -37,7 +45,12 @@ def cancel(job_ids: tuple[str, ...], signal: str | None) -> None:
             raise BadInputError(
                 f"not a signal: {signal!r}", hint="use a name like USR1 or a number"
             )
-    client = backend.client_from_environment()
+    runner, client = slurm_access(ctx, host)
+    chains = chains_for(runner, ids)
+    for root, ref in chains.items():
+        later = [j for j in ref.chain.job_ids if j != root and j not in ids]
+        if later and ref.chain.final is None:
+            ids += later if signal is None else [ref.current]
     outcome = client.cancel(ids, signal=signal)
     verb = f"sent {signal} to" if signal else "cancelled"
     for job_id in outcome.signalled:

@@ -4,30 +4,63 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import click
+
+from hpcjobs.cli.common import chains_for, slurm_access
+from hpcjobs.cli.options import host_option
+from hpcjobs.errors import SlurmError
+
+if TYPE_CHECKING:
+    from hpcjobs.chain import ChainRef
+    from hpcjobs.slurm.history import JobHistory, Run
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("job_id", metavar="JOBID")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def history(job_id: str, as_json: bool) -> None:
+@host_option
+@click.pass_context
+def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) -> None:
     """Show every run of JOBID: start, end, state, nodes, exit code and cause.
 
     A requeued job keeps its id and runs again; accounting (sacct --duplicates) keeps a record
     per run. The cause says why a run ended: preempted, timeout, node failure, application
     failure, cancelled, requeued. GAP is the time from the end of a run to the start of the
     next. Needs accounting; exits 3 if it has no record of the job.
+
+    For a job hpcjobs submitted, JOBID is the first job of its chain: continuations after a
+    preemption or timeout are listed too, and INTERRUPTIONS shows for each stop its cause, the
+    checkpoint step the next run resumed from, the steps redone (work lost) and the resume
+    latency (end of the stopped run to the start of the next).
     """
     from hpcjobs.cli.status import table
-    from hpcjobs.slurm import backend
     from hpcjobs.slurm.history import job_history
     from hpcjobs.slurm.parse import format_duration
 
-    client = backend.client_from_environment()
-    histories = job_history(client, job_id)
+    runner, client = slurm_access(ctx, host)
+    ref = chains_for(runner, [job_id]).get(job_id)
+    ids = ref.chain.job_ids if ref else [job_id]
+    histories = []
+    for number, one in enumerate(ids):
+        try:
+            histories += job_history(client, one)
+        except SlurmError:
+            if number == 0:
+                raise  # the job the user named: say so
+            # A continuation that has not reached accounting yet.
+    interruptions = _interruptions(ref, histories) if ref else []
+    stops = _stops_by_run(ref)
+    final = ref.chain.final if ref else None
     if as_json:
-        data = {"job_id": job_id, "jobs": [h.to_dict() for h in histories]}
+        data = {
+            "job_id": job_id,
+            "chain": ids,
+            "jobs": [_with_stops(h, stops) for h in histories],
+            "interruptions": interruptions,
+            "final": None if final is None else {"result": final.cause, "detail": final.detail},
+        }
         click.echo(json.dumps(data, indent=2))
         return
     for number, item in enumerate(histories):
@@ -43,7 +76,7 @@ def history(job_id: str, as_json: bool) -> None:
                 _when(run.end),
                 format_duration(run.elapsed_s),
                 run.state,
-                run.cause + (f" ({run.detail})" if run.detail else ""),
+                _cause(run, item.job_id, stops),
                 str(run.nodes if run.nodes is not None else "-"),
                 run.nodelist or "-",
                 "-" if run.exit_code is None else f"{run.exit_code}:{run.exit_signal or 0}",
@@ -64,7 +97,107 @@ def history(job_id: str, as_json: bool) -> None:
             "GAP",
         ]
         click.echo(table(headers, rows))
+    if ref is not None:
+        _print_chain(ref, interruptions)
 
 
 def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def _interruptions(ref: ChainRef, histories: list[JobHistory]) -> list[dict[str, Any]]:
+    """Each stop of the chain, with sacct's end time for runs that died (node failures)."""
+    ends: dict[tuple[str, int], float] = {}
+    for item in histories:
+        for run in item.runs:
+            if run.end is not None:
+                ends[(item.job_id, run.index)] = run.end.timestamp()
+    out = []
+    for stop in ref.chain.interruptions():
+        ended = stop.ended_at
+        if stop.cause == "node_failure":
+            # Logged when the requeued run began; the failed run ended when sacct says.
+            restart = next((e.restart for e in ref.chain.events if e.time == stop.ended_at), 0)
+            ended = ends.get((stop.job_id, max(0, restart - 1)), ended)
+        latency = None if stop.resumed_at is None else max(0.0, stop.resumed_at - ended)
+        out.append(
+            {
+                "cause": stop.cause,
+                "job_id": stop.job_id,
+                "resumed_job_id": stop.resumed_job_id,
+                "checkpoint_at_stop": stop.checkpoint_at_stop,
+                "progress_at_stop": stop.progress_at_stop,
+                "resumed_from_step": stop.resumed_from,
+                "steps_lost": stop.steps_lost,
+                "resume_latency_s": None if latency is None else round(latency, 1),
+                "how": stop.how,
+            }
+        )
+    return out
+
+
+def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]]) -> None:
+    from hpcjobs.cli.status import table
+
+    click.echo()
+    ids = ref.chain.job_ids
+    click.echo(f"Chain {ref.root}: {len(ids)} job(s) ({', '.join(ids)})")
+    if interruptions:
+        rows = [
+            [
+                str(n + 1),
+                item["cause"],
+                f"{item['job_id']} -> {item['resumed_job_id'] or '(pending)'}",
+                _num(item["resumed_from_step"]),
+                _num(item["steps_lost"]),
+                "-" if item["resume_latency_s"] is None else f"{item['resume_latency_s']:.1f} s",
+            ]
+            for n, item in enumerate(interruptions)
+        ]
+        headers = ["#", "CAUSE", "JOB", "RESUMED FROM STEP", "STEPS LOST", "RESUME LATENCY"]
+        click.echo("Interruptions:")
+        click.echo(table(headers, rows))
+    final = ref.chain.final
+    if final is None:
+        click.echo("Result: still running")
+    else:
+        click.echo(f"Result: {final.cause} ({final.detail})")
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None or value < 0 else str(value)
+
+
+def _stops_by_run(ref: ChainRef | None) -> dict[tuple[str, int], str]:
+    """(job id, run index) -> why hpcjobs stopped that run, from the chain's event log."""
+    stops: dict[tuple[str, int], str] = {}
+    if ref is None:
+        return stops
+    events = ref.chain.events
+    for event in events:
+        if event.event != "requeue":
+            continue
+        if event.cause == "node_failure":
+            # Logged by the run Slurm restarted: it is about the run before.
+            stops[(event.job_id, max(0, event.restart - 1))] = "node failure (requeued by Slurm)"
+        else:
+            how = event.detail.split(" checkpoint=")[0]
+            stops[(event.job_id, event.restart)] = f"{event.cause.replace('_', ' ')} ({how})"
+    last = events[-1] if events else None
+    if last is not None and last.event == "end":
+        stops.setdefault((last.job_id, last.restart), f"{last.cause}: {last.detail}")
+    return stops
+
+
+def _cause(run: Run, job_id: str, stops: dict[tuple[str, int], str]) -> str:
+    text = stops.get((job_id, run.index))
+    if text:
+        return text
+    return run.cause + (f" ({run.detail})" if run.detail else "")
+
+
+def _with_stops(item: JobHistory, stops: dict[tuple[str, int], str]) -> dict[str, Any]:
+    data = item.to_dict()
+    for run in data["runs"]:
+        run["hpcjobs_cause"] = stops.get((item.job_id, run["index"]))
+    return data

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import click
 
+from hpcjobs.cli.common import chains_for, slurm_access
+from hpcjobs.cli.options import host_option
 from hpcjobs.errors import EXIT_SLURM
 
 
@@ -33,23 +35,36 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     is_flag=True,
     help="Redraw until all the jobs end (Ctrl-C to stop). Refreshes back off from 5 s to 60 s.",
 )
+@host_option
 @click.pass_context
 def status(
-    ctx: click.Context, job_ids: tuple[str, ...], mine: bool, as_json: bool, watch: bool
+    ctx: click.Context,
+    job_ids: tuple[str, ...],
+    mine: bool,
+    as_json: bool,
+    watch: bool,
+    host: str | None,
 ) -> None:
     """Show the state of jobs: state, reason, nodes, elapsed time and restarts.
 
     One Slurm query per refresh however many jobs you name: squeue for jobs the controller
     still holds, and one sacct for the others (it also counts the restarts of requeued jobs).
     Exits 3 if Slurm knows none of some ids.
+
+    A job that hpcjobs continued after a preemption or timeout runs on under a new job id;
+    give the first id and status shows the chain's current job (a note on stderr says which).
     """
     from hpcjobs.follow import Follower, PollSchedule
-    from hpcjobs.slurm import backend
     from hpcjobs.slurm.client import check_job_ids
     from hpcjobs.slurm.jobs import query_status
 
     ids = check_job_ids(job_ids)
-    client = backend.client_from_environment()
+    runner, client = slurm_access(ctx, host)
+    chains = chains_for(runner, ids)
+    for root, ref in chains.items():
+        if ref.current != root:
+            click.echo(f"job {root} continues as job {ref.current}", err=True)
+    ids = [chains[i].current if i in chains else i for i in ids]
     if not watch:
         report = query_status(client, ids or None, mine=mine)
         _show(report, as_json)

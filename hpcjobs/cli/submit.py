@@ -11,11 +11,16 @@ import os
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from hpcjobs.errors import BadInputError
+from hpcjobs.cli.options import host_option, make_runner
+from hpcjobs.errors import BadInputError, HpcJobsError
+
+if TYPE_CHECKING:
+    from hpcjobs.records import FileStore
+    from hpcjobs.runner import Runner
 
 _LAUNCHERS = ("srun", "torchrun", "none")
 _SETTINGS: dict[str, Any] = {"allow_interspersed_args": False}
@@ -113,19 +118,54 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.command("submit", context_settings=_SETTINGS)
 @_job_options
 @click.option("--dry-run", is_flag=True, help="Print the script and sbatch line; submit nothing.")
+@click.option(
+    "--after",
+    "after",
+    multiple=True,
+    metavar="JOBID[:afterok|afterany|afternotok]",
+    help="Start after another job (default afterok). Repeatable.",
+)
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Follow the job (and its continuations) to the end; exit 0 if it completed, "
+    "1 if not, 130 on Ctrl-C (the job keeps running).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the submission as JSON.")
+@host_option
 @click.pass_context
-def submit(ctx: click.Context, /, dry_run: bool, **fields: Any) -> None:
+def submit(
+    ctx: click.Context,
+    /,
+    dry_run: bool,
+    after: tuple[str, ...],
+    wait: bool,
+    as_json: bool,
+    host: str | None,
+    **fields: Any,
+) -> None:
     """Render a job script for the site and submit it.
 
     The command to run goes last, after '--':
 
+    \b
       hpcjobs submit -N 2 -t 4:00:00 -- python train.py --lr 3e-4
+      hpcjobs submit -f job.yaml --wait            # follow it to the end
+      hpcjobs submit --host login1 -f job.yaml     # submit on a login node over SSH
+
+    The script gets the site's NCCL/UCX settings and per-rank binding, forwards the warning
+    signal to the program, and continues the job from its last checkpoint after preemption,
+    a timeout or a node failure (docs/requeue.md). Prints the job id, or with --json
+    {"job_id": ..., "job_ids": [...], "script": ..., "record": ..., "token": ...}.
     """
-    rendered = _render(ctx, fields)
+    site = _load_site(ctx, host)
+    runner = make_runner(host, site) if host and not dry_run else None
+    where = _remote_where(runner) if runner is not None else None
+    rendered = _render(ctx, fields, site=site, where=where)
     if dry_run:
         _print_dry_run(rendered)
         return
-    _submit(ctx, rendered)
+    _submit(ctx, rendered, runner=runner, host=host, after=list(after), wait=wait, as_json=as_json)
 
 
 @click.command("render", context_settings=_SETTINGS)
@@ -136,7 +176,13 @@ def render(ctx: click.Context, /, **fields: Any) -> None:
     _print_dry_run(_render(ctx, fields))
 
 
-def _render(ctx: click.Context, fields: dict[str, Any]) -> Any:
+def _render(
+    ctx: click.Context,
+    fields: dict[str, Any],
+    *,
+    site: Any = None,
+    where: Any = None,
+) -> Any:
     from hpcjobs.config.loader import load_site
     from hpcjobs.jobspec import load_job_file, merge_job_data, parse_spec
     from hpcjobs.render import render_job
@@ -146,8 +192,9 @@ def _render(ctx: click.Context, fields: dict[str, Any]) -> Any:
     file_data = load_job_file(job_file) if job_file else None
     data = merge_job_data(file_data, flags_to_fields(fields))
     spec = parse_spec(data, source=str(job_file) if job_file else "flags")
-    site = load_site((ctx.obj or {}).get("site"))
-    return render_job(spec, site, template_dirs=list(template_dirs) or None)
+    if site is None:
+        site = load_site((ctx.obj or {}).get("site"))
+    return render_job(spec, site, template_dirs=list(template_dirs) or None, where=where)
 
 
 CAUSES = ("preemption", "timeout", "node_failure", "application")
@@ -250,21 +297,93 @@ def _print_dry_run(rendered: Any) -> None:
         )
 
 
-def _submit(ctx: click.Context, rendered: Any) -> None:
-    try:
-        from hpcjobs.submission import submit_rendered
-    except ModuleNotFoundError as exc:
-        if exc.name != "hpcjobs.submission":
-            raise
-        click.secho("Error: submission not available in this build of hpcjobs.", err=True)
-        click.echo("Hint: use --dry-run to see the script and the sbatch command line.", err=True)
-        ctx.exit(2)
-    from hpcjobs.runner import LocalRunner
-    from hpcjobs.slurm.client import SlurmClient
+def _load_site(ctx: click.Context, host: str | None) -> Any:
+    """The site: --site, else (with --host) the site whose login hosts include the host."""
+    from hpcjobs.config.loader import load_site
 
-    result = submit_rendered(rendered, client=SlurmClient(runner=LocalRunner()))
-    for job_id in result.job_ids:
-        click.echo(job_id)
+    chosen = (ctx.obj or {}).get("site")
+    if chosen is None and host:
+        from hpcjobs.config.locate import list_sites
+        from hpcjobs.remote.hostspec import parse_host_spec
+
+        name = parse_host_spec(host).host
+        for entry in list_sites():
+            try:
+                candidate = load_site(entry.path)
+            except HpcJobsError:
+                continue
+            if name in candidate.login_hosts:
+                return candidate
+    return load_site(chosen)
+
+
+def _remote_where(runner: Runner) -> Any:
+    """Home folder and user on the login node, so '~' and relative paths resolve there."""
+    from hpcjobs.jobspec import Where
+
+    home = runner.run(["printenv", "HOME"], timeout=60).stdout.strip()
+    user = runner.run(["id", "-un"], timeout=60).stdout.strip()
+    return Where(cwd=Path(home), home=home, user=user)
+
+
+def _submit(
+    ctx: click.Context,
+    rendered: Any,
+    *,
+    runner: Runner | None,
+    host: str | None,
+    after: list[str],
+    wait: bool,
+    as_json: bool,
+) -> None:
+    import json
+
+    from hpcjobs.runner import LocalRunner
+    from hpcjobs.slurm.backend import make_client
+    from hpcjobs.submission import submit_rendered
+
+    runner = runner or LocalRunner()
+    client = make_client(runner)
+    files = cast("FileStore", runner) if host else None  # SshRunner writes over SFTP
+    result = submit_rendered(rendered, client=client, after=after or None, files=files, host=host)
+    if as_json:
+        data = {**result.to_dict(), "output_dir": str(rendered.output_dir), "host": host}
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        for job_id in result.job_ids:
+            click.echo(job_id)
+    if not wait:
+        return
+    from hpcjobs.follow import follow_chain, follow_jobs
+
+    def event(ev: Any) -> None:
+        click.echo(f"{_now()} {ev.describe()}", err=True)
+
+    def note(text: str) -> None:
+        click.echo(f"{_now()} {text}", err=True)
+
+    try:
+        if len(result.job_ids) == 1:
+            outcome = follow_chain(
+                client,
+                runner,
+                result.job_ids[0],
+                on_event=event,
+                on_note=note,
+                output_dir=str(rendered.output_dir),
+            )
+        else:
+            outcome = follow_jobs(client, result.job_ids, on_event=event)
+    except KeyboardInterrupt:
+        click.echo("Stopped following; the job keeps running.", err=True)
+        ctx.exit(130)
+    ctx.exit(outcome.exit_code)
+
+
+def _now() -> str:
+    import time
+
+    return time.strftime("%H:%M:%S")
 
 
 __all__ = ["dry_run_text", "flags_to_fields", "render", "submit"]

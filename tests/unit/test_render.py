@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -307,13 +306,6 @@ def test_submit_cli_bad_input_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "no command to run" in result.output
     result = runner.invoke(cli, ["--site", "sandbox", "render", "--container-mount", "/a", "x"])
     assert result.exit_code == 2 and "need --container-image" in result.output
-
-
-def test_submit_without_submission_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "hpcjobs.submission", None)
-    result = CliRunner().invoke(cli, ["--site", "sandbox", "submit", "--", "x"])
-    assert result.exit_code == 2
-    assert "submission not available" in result.output
 
 
 def test_template_list_and_show(tmp_path: Path) -> None:

@@ -92,7 +92,9 @@ def test_classify(
 STUBS = {
     "scontrol": """#!/bin/bash
 echo "scontrol $*" >> "$STUB_LOG"
-if [[ $1 == show ]]; then echo "JobId=$SLURM_JOB_ID PreemptTime=${STUB_PREEMPT_TIME:-None}"; fi
+if [[ $1 == show ]]; then
+  echo "JobId=$SLURM_JOB_ID JobState=${STUB_JOB_STATE:-RUNNING} PreemptTime=${STUB_PREEMPT_TIME:-None}"
+fi
 exit 0
 """,
     "squeue": """#!/bin/bash
@@ -225,6 +227,33 @@ def test_bash_begin_counts_slurm_requeue_as_node_failure(tmp_path: Path) -> None
     )
     assert proc.returncode == 1
     assert "budget for node_failure exhausted" in proc.stderr
+
+
+def test_bash_cancelled_job_is_not_marked_done(tmp_path: Path) -> None:
+    """scancel: the program exits 0 on SIGTERM before the batch shell hears of it."""
+    case = Case("cancel seen only by the steps", Cause.NONE, 0, Action.FAIL)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, body in STUBS.items():
+        (bindir / name).write_text(body)
+        (bindir / name).chmod(0o755)
+    run_dir = tmp_path / "run"
+    (run_dir / "ckpt").mkdir(parents=True)
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "STUB_LOG": str(tmp_path / "calls.log"),
+        "STUB_JOB_STATE": "CANCELLED",
+        "SLURM_JOB_ID": "100",
+        "HPCJOBS_RUN_DIR": str(run_dir),
+        "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
+    }
+    script = f'source {LIBRARY}\nhpcjobs_finish {case.exit_code} ""\n'
+    out = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    assert int(out) != 0
+    assert not (run_dir / "DONE-100").exists()
+    assert "end\tfail\tcancelled" in (run_dir / "chain-100.tsv").read_text()
 
 
 def test_bash_begin_exits_when_done(tmp_path: Path) -> None:

@@ -342,9 +342,15 @@ hpcjobs_seconds() {
 
 # hpcjobs_cause RC SIGNAL: preemption | timeout | cancelled | none | application
 hpcjobs_cause() {
-    local rc=$1 signal=$2 left
-    if scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -qE 'PreemptTime=[0-9]'; then
+    local rc=$1 signal=$2 left info
+    info=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null)
+    if grep -qE 'PreemptTime=[0-9]' <<<"$info"; then
         echo preemption
+        return
+    fi
+    # scancel: steps get SIGTERM, so the program may exit cleanly before the shell hears of it.
+    if grep -q 'JobState=CANCELLED' <<<"$info"; then
+        echo cancelled
         return
     fi
     if [[ $signal == warning ]]; then
