@@ -93,7 +93,8 @@ STUBS = {
     "scontrol": """#!/bin/bash
 echo "scontrol $*" >> "$STUB_LOG"
 if [[ $1 == show ]]; then
-  echo "JobId=$SLURM_JOB_ID JobState=${STUB_JOB_STATE:-RUNNING} PreemptTime=${STUB_PREEMPT_TIME:-None}"
+  state=${STUB_JOB_STATE:-RUNNING}
+  echo "JobId=$SLURM_JOB_ID JobState=$state PreemptTime=${STUB_PREEMPT_TIME:-None}"
 fi
 exit 0
 """,
