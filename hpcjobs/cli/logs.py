@@ -10,9 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from hpcjobs.cli.common import slurm_access
+from hpcjobs.cli.options import host_option
 from hpcjobs.errors import EXIT_SLURM, HpcJobsError, SlurmError
 
 if TYPE_CHECKING:
+    from hpcjobs.runner import Runner
     from hpcjobs.slurm.client import SlurmClient
 
 
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     help="Show only run N (0 = first run): the part after the script's "
     "'hpcjobs: run N of job ...' line.",
 )
+@host_option
 @click.pass_context
 def logs(
     ctx: click.Context,
@@ -35,19 +39,26 @@ def logs(
     use_stderr: bool,
     task: int | None,
     restart: int | None,
+    host: str | None,
 ) -> None:
     """Print the output log of JOBID; with -f, follow it until the job ends.
 
     Following survives requeues: the same file is reopened by every run (and started over if
     the job does not append). The job's state is checked with one Slurm query per interval.
     Exits 3 if Slurm does not know the job.
+
+    Jobs hpcjobs continues after a preemption or timeout keep writing to the first job's log,
+    and -f keeps following until the whole chain has ended. With --host the log is read on
+    the login node.
     """
     from hpcjobs.follow import read_run, tail_file
-    from hpcjobs.slurm import backend
     from hpcjobs.slurm.client import check_job_ids
 
     (wanted,) = check_job_ids([job_id if task is None else f"{job_id.split('_')[0]}_{task}"])
-    client = backend.client_from_environment()
+    runner, client = slurm_access(ctx, host)
+    if host is not None:
+        _remote_logs(ctx, runner, client, wanted, follow=follow, stderr=use_stderr)
+        return
     if follow:
         try:
             _wait_until_started(client, wanted)
@@ -78,7 +89,7 @@ def logs(
     try:
         tail_file(
             path,
-            alive=_alive_check(client, wanted),
+            alive=_alive_check(client, wanted, runner),
             on_data=lambda data: click.echo(data, nl=False),
             start=start,
         )
@@ -172,14 +183,25 @@ def _wait_until_started(client: SlurmClient, job_id: str) -> None:
         info = client.show_job(job_id)
 
 
-def _alive_check(client: SlurmClient, job_id: str) -> Any:
+def _alive_check(client: SlurmClient, job_id: str, runner: Runner | None = None) -> Any:
+    """A function telling whether to keep following: the job, or a continuation of it, runs."""
+    from hpcjobs.chain import load_chain
     from hpcjobs.follow import Follower
     from hpcjobs.slurm.jobs import query_status
 
-    follower = Follower()
+    followed = {"job": job_id, "follower": Follower()}
 
     def alive() -> bool:
-        report = query_status(client, [job_id])
+        follower: Follower = followed["follower"]  # type: ignore[assignment]
+        if runner is not None and follower.done():
+            # The job ended: a continuation of its chain may carry on in the same log.
+            ref = load_chain(job_id, runner)
+            if ref is None or ref.chain.final is not None or ref.current == followed["job"]:
+                return False
+            followed["job"] = ref.current
+            followed["follower"] = follower = Follower()
+            click.echo(f"\n==> job {job_id} continues as job {ref.current}", err=True)
+        report = query_status(client, [str(followed["job"])])
         for event in follower.update(report.jobs):
             if event.requeued:
                 click.echo(
@@ -187,7 +209,12 @@ def _alive_check(client: SlurmClient, job_id: str) -> Any:
                 )
         if report.unknown:
             return False
-        return not follower.done()
+        if not follower.done():
+            return True
+        if runner is None:
+            return False
+        ref = load_chain(job_id, runner)  # a continuation to follow next?
+        return ref is not None and ref.chain.final is None and ref.current != followed["job"]
 
     return alive
 
@@ -202,3 +229,37 @@ def _read(path: Path) -> str:
 
 
 __all__ = ["EXIT_SLURM", "log_path", "logs"]
+
+
+def _remote_logs(
+    ctx: click.Context,
+    runner: Runner,
+    client: SlurmClient,
+    job_id: str,
+    *,
+    follow: bool,
+    stderr: bool,
+) -> None:
+    """Print (and with ``follow``, tail) a log that lives on the login node."""
+    info = client.show_job(job_id)
+    key = "StdErr" if stderr else "StdOut"
+    path = (info or {}).get(key, "")
+    if not path or path == "(null)":
+        raise SlurmError(
+            f"Slurm does not say where job {job_id}'s log is",
+            hint="the controller forgets finished jobs after a few minutes; read the log "
+            "in the job's output dir on the login node",
+        )
+    offset = 0
+    alive = _alive_check(client, job_id, runner) if follow else None
+    try:
+        while True:
+            chunk = runner.run(["tail", "-c", f"+{offset + 1}", path], check=False, timeout=60)
+            if chunk.stdout:
+                click.echo(chunk.stdout, nl=False)
+                offset += len(chunk.stdout.encode("utf-8"))
+            if alive is None or not alive():
+                return
+            time.sleep(2.0)
+    except KeyboardInterrupt:
+        ctx.exit(130)
