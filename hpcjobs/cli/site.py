@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from hpcjobs.cli.options import host_option
 from hpcjobs.errors import EXIT_BAD_INPUT
 
 
@@ -163,7 +164,15 @@ def validate_cmd(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the draft to this file (mode 0600) instead of stdout.",
 )
-def discover_cmd(name: str | None, probe_node: str | None, output: Path | None) -> None:
+@host_option
+@click.pass_context
+def discover_cmd(
+    ctx: click.Context,
+    name: str | None,
+    probe_node: str | None,
+    output: Path | None,
+    host: str | None,
+) -> None:
     """Draft a site config from the live cluster (sinfo, scontrol) and print it as YAML.
 
     The draft covers partitions, node counts, CPUs, memory, GPUs and preemption settings, and
@@ -172,13 +181,14 @@ def discover_cmd(name: str | None, probe_node: str | None, output: Path | None) 
     import datetime
     import os
 
+    from hpcjobs.cli.options import make_runner
     from hpcjobs.config.discover import discover_site
     from hpcjobs.config.validate import validate_data
     from hpcjobs.config.yamlfile import parse_yaml_text
-    from hpcjobs.runner import LocalRunner
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    draft = discover_site(LocalRunner(), name=name, probe=probe_node, now=now)
+    runner = make_runner(host, (ctx.obj or {}).get("site") if host else None)
+    draft = discover_site(runner, name=name, probe=probe_node, now=now)
     doc = parse_yaml_text(draft.text, source="draft")
     _, findings = validate_data(doc.data) if isinstance(doc.data, dict) else (None, [])
     for note in draft.notes:
