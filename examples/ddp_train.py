@@ -48,6 +48,20 @@ def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
+def warm_up(ddp: DistributedDataParallel, rank: int) -> None:
+    """One forward/backward that changes nothing, so that every real step uses the same buckets.
+
+    DDP reorders its gradient buckets after the first backward pass. The order decides how
+    gloo/NCCL split each bucket, and so the order in which floats are added. Without this, the
+    first step after a resume would add in a different order than the same step of an
+    uninterrupted run, and the weights would differ in the last bits.
+    """
+    x, _ = batch(0, rank)
+    (ddp(x).sum() * 0.0).backward()
+    for param in ddp.parameters():
+        param.grad = None
+
+
 def digest(model: nn.Module) -> str:
     sha = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
@@ -93,6 +107,7 @@ def main() -> int:
         say(f"starting from scratch: {args.steps} steps on {info.world_size} ranks")
     ddp = DistributedDataParallel(model)
     loss_fn = nn.MSELoss()
+    warm_up(ddp, rank)
 
     def save(step: int) -> None:
         # Model and optimizer are replicated: rank 0 writes, everyone waits for it.

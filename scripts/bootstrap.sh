@@ -35,7 +35,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 echo "bootstrap: installing hpcjobs and its dev tools into .venv" >&2
 .venv/bin/python -m pip install -q -e '.[dev]' 2> >(grep -v "^WARNING: Location" >&2)
-if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+if ! .venv/bin/python -c "import torch, numpy" 2>/dev/null; then
     # The CPU build: on these machines pip takes it from a local wheel.
     echo "bootstrap: installing torch==2.13.0 (CPU) for the DDP examples and tests" >&2
     .venv/bin/python -m pip install -q torch==2.13.0 numpy 2> >(grep -v "^WARNING: Location" >&2)
