@@ -2,6 +2,67 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from hpcjobs.config.models import SiteConfig
+    from hpcjobs.resumable import Interrupted, Resumable
+    from hpcjobs.slurm.client import SlurmClient
+    from hpcjobs.submitit_ext import HpcExecutor
+
+
+def executor(
+    site: str | os.PathLike[str] | SiteConfig | None = None,
+    *,
+    partition: str | None = None,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    folder: str | os.PathLike[str] | None = None,
+    python: str | Sequence[str] | None = None,
+    client: SlurmClient | None = None,
+    **slurm: Any,
+) -> HpcExecutor:
+    """A submitit executor whose jobs get the site's scripts, binding and requeue behaviour.
+
+    Args:
+        site: Site name, path or loaded config (default: ``$HPCJOBS_SITE``, the user file's
+            ``site``, else the site matching this host).
+        partition: Partition (default: the site's).
+        nodes: Number of nodes (default 1).
+        gpus_per_node: GPUs per node (default: all of the partition's); one rank per GPU.
+        folder: Shared folder for pickles, logs, event logs and checkpoints (default: the
+            site's ``slurm.output_dir`` for a job named ``submitit``).
+        python: Absolute path of the Python that runs the tasks (default: this one).
+        client: Slurm client to submit through (default: local Slurm commands).
+        **slurm: Further executor parameters (see ``docs/python-api.md``); submitit's
+            ``update_parameters`` takes the same names later.
+
+    Returns:
+        An :class:`hpcjobs.submitit_ext.HpcExecutor` (a ``submitit.SlurmExecutor``).
+
+    Raises:
+        BadInputError: An unknown parameter (its message lists the valid ones), or a request
+            the site cannot run (exit 2).
+        ConfigError: The site cannot be found or is invalid.
+    """
+    from hpcjobs.submitit_ext import make_executor
+
+    given = {"partition": partition, "nodes": nodes, "gpus_per_node": gpus_per_node}
+    parameters = {k: v for k, v in given.items() if v is not None}
+    return make_executor(site, folder=folder, python=python, client=client, **parameters, **slurm)
+
+
+def __getattr__(name: str) -> Any:
+    """``hpcjobs.Resumable`` and ``hpcjobs.Interrupted``, imported on first use."""
+    if name in ("Resumable", "Interrupted"):
+        from hpcjobs import resumable
+
+        return getattr(resumable, name)
+    raise AttributeError(f"module 'hpcjobs' has no attribute {name!r}")
+
+
+__all__ = ["Interrupted", "Resumable", "__version__", "executor"]
