@@ -170,6 +170,7 @@ def load_chain(
     *,
     output_dir: str | None = None,
     index_dir: Path | None = None,
+    host: str | None = None,
 ) -> ChainRef | None:
     """The chain that ``job_id`` started, read through ``runner`` (so also over SSH).
 
@@ -179,7 +180,7 @@ def load_chain(
     from hpcjobs.records import index_entry, read_record
 
     if output_dir is None:
-        entry = index_entry(job_id, index_dir=index_dir)
+        entry = index_entry(job_id, index_dir=index_dir, host=host)
         if entry is None:
             return None
         output_dir = entry.get("output_dir")

@@ -13,6 +13,7 @@ its record, so ``hpcjobs logs`` still finds the files after Slurm has forgotten 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -134,6 +135,22 @@ def default_index_dir() -> Path:
     return Path(base) / "hpcjobs" / "jobs"
 
 
+def index_scope(host: str | None = None) -> str:
+    """Which cluster a job id belongs to: the login host, or this machine's SLURM_CONF.
+
+    Job ids repeat across clusters (and sandboxes); the index keeps them apart by scope.
+    """
+    if host:
+        return "host-" + hashlib.sha256(host.encode()).hexdigest()[:12]
+    conf = os.environ.get("SLURM_CONF", "")
+    return "local-" + hashlib.sha256(conf.encode()).hexdigest()[:12] if conf else "local"
+
+
+def _entry_file(folder: Path, job_id: str, host: str | None) -> Path:
+    base = job_id.split("_", 1)[0]
+    return folder / index_scope(host) / f"{_safe_id(base)}.json"
+
+
 def remember(
     job_ids: Iterable[str],
     record_path: Path,
@@ -147,17 +164,20 @@ def remember(
     ``host`` is the login node of a remote submission (its record lives there); ``output_dir``
     is where the job's logs and event log are.
     """
-    folder = make_private_dir(index_dir or default_index_dir())
+    folder = index_dir or default_index_dir()
     for job_id in job_ids:
         path = str(record_path) if host else str(record_path.resolve())
         entry = {"job_id": job_id, "record": path, "output_dir": output_dir, "host": host}
-        write_private(folder / f"{_safe_id(job_id)}.json", json.dumps(entry) + "\n")
+        target = _entry_file(folder, job_id, host)
+        make_private_dir(target.parent)
+        write_private(target, json.dumps(entry) + "\n")
 
 
-def index_entry(job_id: str, *, index_dir: Path | None = None) -> dict[str, Any] | None:
-    """The index entry of a submitted job (``12_3`` looks up ``12``), if any."""
-    base = job_id.split("_", 1)[0]
-    entry = (index_dir or default_index_dir()) / f"{_safe_id(base)}.json"
+def index_entry(
+    job_id: str, *, index_dir: Path | None = None, host: str | None = None
+) -> dict[str, Any] | None:
+    """The index entry of a job submitted to this cluster (``12_3`` looks up ``12``), if any."""
+    entry = _entry_file(index_dir or default_index_dir(), job_id, host)
     try:
         data = json.loads(entry.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -165,13 +185,12 @@ def index_entry(job_id: str, *, index_dir: Path | None = None) -> dict[str, Any]
     return data if isinstance(data, dict) else None
 
 
-def find_record(job_id: str, *, index_dir: Path | None = None) -> Path | None:
+def find_record(
+    job_id: str, *, index_dir: Path | None = None, host: str | None = None
+) -> Path | None:
     """The record of the submission that created ``job_id`` (``12_3`` looks up ``12``)."""
-    base = job_id.split("_", 1)[0]
-    entry = (index_dir or default_index_dir()) / f"{_safe_id(base)}.json"
-    try:
-        data = json.loads(entry.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    data = index_entry(job_id, index_dir=index_dir, host=host)
+    if data is None:
         return None
     path = Path(str(data.get("record", "")))
     return path if path.is_file() else None

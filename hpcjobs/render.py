@@ -15,6 +15,7 @@ from typing import Any
 
 from hpcjobs.binding import BindingPlan, plan_binding
 from hpcjobs.config.models import Partition, SiteConfig, Topology
+from hpcjobs.distributed import PORT_BASE, PORT_SPAN
 from hpcjobs.errors import BadInputError
 from hpcjobs.jobspec import JobSpec, Where, resolve_spec
 from hpcjobs.sbatchopts import check_sbatch_options
@@ -35,8 +36,9 @@ from hpcjobs.tuning import EnvVar, is_tuning_var, tuning_env
 _DIRECTIVE_SAFE = re.compile(r"^--[a-z][a-z-]*(=[A-Za-z0-9._:@%/+,=-]+)?$")
 
 #: First port of the range MASTER_PORT is derived from (``base + job_id % span``).
-MASTER_PORT_BASE = 20000
-MASTER_PORT_SPAN = 20000
+# The same numbers as hpcjobs.distributed.master_port(), which Python code uses.
+MASTER_PORT_BASE = PORT_BASE
+MASTER_PORT_SPAN = PORT_SPAN
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def render_job(
     *,
     template_dirs: list[Path] | None = None,
     where: Where | None = None,
-    array_task_checkpoints: bool = False,
+    array_task_checkpoints: bool = True,
 ) -> RenderedJob:
     """Render ``spec`` for ``site``.
 

@@ -46,7 +46,7 @@ def cancel(
                 f"not a signal: {signal!r}", hint="use a name like USR1 or a number"
             )
     runner, client = slurm_access(ctx, host)
-    chains = chains_for(runner, ids)
+    chains = chains_for(runner, ids, host)
     for root, ref in chains.items():
         later = [j for j in ref.chain.job_ids if j != root and j not in ids]
         if later and ref.chain.final is None:

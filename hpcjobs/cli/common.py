@@ -29,13 +29,15 @@ def slurm_access(ctx: click.Context, host: str | None) -> tuple[Runner, SlurmCli
     return runner, backend.make_client(runner)
 
 
-def chains_for(runner: Runner, job_ids: Sequence[str]) -> dict[str, ChainRef]:
+def chains_for(
+    runner: Runner, job_ids: Sequence[str], host: str | None = None
+) -> dict[str, ChainRef]:
     """The chains of the given ids that hpcjobs submitted from here (root id -> chain)."""
     from hpcjobs.chain import load_chain
 
     found = {}
     for job_id in job_ids:
-        ref = load_chain(job_id, runner)
+        ref = load_chain(job_id, runner, host=host)
         if ref is not None:
             found[job_id] = ref
     return found

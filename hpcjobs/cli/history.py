@@ -40,7 +40,7 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
     from hpcjobs.slurm.parse import format_duration
 
     runner, client = slurm_access(ctx, host)
-    ref = chains_for(runner, [job_id]).get(job_id)
+    ref = chains_for(runner, [job_id], host).get(job_id)
     ids = ref.chain.job_ids if ref else [job_id]
     histories = []
     for number, one in enumerate(ids):

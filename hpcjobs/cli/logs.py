@@ -57,7 +57,7 @@ def logs(
     (wanted,) = check_job_ids([job_id if task is None else f"{job_id.split('_')[0]}_{task}"])
     runner, client = slurm_access(ctx, host)
     if host is not None:
-        _remote_logs(ctx, runner, client, wanted, follow=follow, stderr=use_stderr)
+        _remote_logs(ctx, runner, client, wanted, follow=follow, stderr=use_stderr, host=host)
         return
     if follow:
         try:
@@ -183,7 +183,9 @@ def _wait_until_started(client: SlurmClient, job_id: str) -> None:
         info = client.show_job(job_id)
 
 
-def _alive_check(client: SlurmClient, job_id: str, runner: Runner | None = None) -> Any:
+def _alive_check(
+    client: SlurmClient, job_id: str, runner: Runner | None = None, host: str | None = None
+) -> Any:
     """A function telling whether to keep following: the job, or a continuation of it, runs."""
     from hpcjobs.chain import load_chain
     from hpcjobs.follow import Follower
@@ -195,7 +197,7 @@ def _alive_check(client: SlurmClient, job_id: str, runner: Runner | None = None)
         follower: Follower = followed["follower"]  # type: ignore[assignment]
         if runner is not None and follower.done():
             # The job ended: a continuation of its chain may carry on in the same log.
-            ref = load_chain(job_id, runner)
+            ref = load_chain(job_id, runner, host=host)
             if ref is None or ref.chain.final is not None or ref.current == followed["job"]:
                 return False
             followed["job"] = ref.current
@@ -213,7 +215,7 @@ def _alive_check(client: SlurmClient, job_id: str, runner: Runner | None = None)
             return True
         if runner is None:
             return False
-        ref = load_chain(job_id, runner)  # a continuation to follow next?
+        ref = load_chain(job_id, runner, host=host)  # a continuation to follow next?
         return ref is not None and ref.chain.final is None and ref.current != followed["job"]
 
     return alive
@@ -239,6 +241,7 @@ def _remote_logs(
     *,
     follow: bool,
     stderr: bool,
+    host: str | None = None,
 ) -> None:
     """Print (and with ``follow``, tail) a log that lives on the login node."""
     info = client.show_job(job_id)
@@ -251,7 +254,7 @@ def _remote_logs(
             "in the job's output dir on the login node",
         )
     offset = 0
-    alive = _alive_check(client, job_id, runner) if follow else None
+    alive = _alive_check(client, job_id, runner, host) if follow else None
     try:
         while True:
             chunk = runner.run(["tail", "-c", f"+{offset + 1}", path], check=False, timeout=60)

@@ -60,7 +60,7 @@ def status(
 
     ids = check_job_ids(job_ids)
     runner, client = slurm_access(ctx, host)
-    chains = chains_for(runner, ids)
+    chains = chains_for(runner, ids, host)
     for root, ref in chains.items():
         if ref.current != root:
             click.echo(f"job {root} continues as job {ref.current}", err=True)

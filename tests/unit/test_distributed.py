@@ -81,3 +81,20 @@ def test_single_process() -> None:
 
 def test_node_addr_falls_back_to_name() -> None:
     assert node_addr("n7", FakeRunner("")) == "n7"
+
+
+def test_batch_script_port_matches_python() -> None:
+    """The rendezvous port the batch script computes is the one Python code derives."""
+    import subprocess
+
+    from hpcjobs.render import master_port_expr
+
+    for job_id in (7, 12345, 987654):
+        out = subprocess.run(
+            ["bash", "-c", f"echo {master_port_expr()}"],
+            env={"SLURM_JOB_ID": str(job_id)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert int(out) == master_port(job_id)

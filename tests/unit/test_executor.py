@@ -274,7 +274,8 @@ def test_submit_writes_private_pickle_and_returns_an_hpcjob(
     assert (ex.folder / "checkpoints" / "100").resolve() == job.checkpoint_dir.resolve()
     [argv] = [c for c in runner.calls if c[:2] == ["sbatch", "--parsable"]]
     assert "--job-name=add" in argv and any(a.startswith("--comment=hpcjobs:") for a in argv)
-    index = json.loads((tmp_path / "state" / "hpcjobs" / "jobs" / "100.json").read_text())
+    jobs = tmp_path / "state" / "hpcjobs" / "jobs"
+    index = json.loads((jobs / "local" / "100.json").read_text())
     assert index["output_dir"] == str(ex.folder)
 
 

@@ -84,7 +84,7 @@ def test_plain_job_files_and_record(tmp_path: Path) -> None:
     assert argv[-1] == str(result.script_path)
     assert f"--comment=hpcjobs:{result.token}" in argv
     assert find_record("100", index_dir=tmp_path / "index") == result.record_path
-    assert _mode(tmp_path / "index" / "100.json") == 0o600
+    assert _mode(tmp_path / "index" / "local" / "100.json") == 0o600
     assert result.to_dict()["job_id"] == "100"
 
 
@@ -225,3 +225,20 @@ def test_take_option_forms() -> None:
     assert take_option(["--array", "5"], "--array", "-a") == ("5", [])
     with pytest.raises(BadInputError):
         take_option(["--array"], "--array", "-a")
+
+
+def test_job_index_keeps_clusters_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same job id on two clusters (or sandboxes) points at two different records."""
+    from hpcjobs.records import remember
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text("{}")
+    b.write_text("{}")
+    monkeypatch.setenv("SLURM_CONF", "/cluster/a/slurm.conf")
+    remember(["5"], a, index_dir=tmp_path / "index")
+    monkeypatch.setenv("SLURM_CONF", "/cluster/b/slurm.conf")
+    remember(["5"], b, index_dir=tmp_path / "index")
+    assert find_record("5", index_dir=tmp_path / "index") == b
+    monkeypatch.setenv("SLURM_CONF", "/cluster/a/slurm.conf")
+    assert find_record("5", index_dir=tmp_path / "index") == a
+    assert find_record("5", index_dir=tmp_path / "index", host="login1") is None
