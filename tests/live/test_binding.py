@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -159,12 +160,8 @@ def test_warning_signal_reaches_every_rank_once(
         assert (shared_tmp / f"got-{rank}").read_text(encoding="utf-8") == "SIGUSR2\n"
     log = (shared_tmp / f"slurm-{job_id}.out").read_text(encoding="utf-8")
     assert "SIGUSR2 received, forwarding it to the launcher" in log
-    deadline = time.monotonic() + 15
-    row = ""
-    while time.monotonic() < deadline:  # slurmdbd may lag a little behind the controller
-        out = runner.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State,ExitCode"])
-        row = (out.stdout.strip().splitlines() or [""])[0]
-        if row.startswith("FAILED"):
-            break
-        time.sleep(0.3)
-    assert row == "FAILED|3:0", log
+    # The warning signal means "checkpoint and come back": the job continues as a new job
+    # (whatever the program's exit code), which this test does not need to run.
+    match = re.search(r"continuing as job (\d+)", log)
+    assert match, log
+    runner.run(["scancel", match.group(1)], check=False)

@@ -486,7 +486,14 @@ def test_sinfo_and_sbatch_over_ssh(
     try:
         output = runner.read_text(f"slurm-{job_id}.out")
         assert re.fullmatch(rf"hello from {sshd.user} on n\d\n", output)
-        name = runner.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobName"], timeout=60)
-        assert name.stdout.strip().splitlines()[0] == "hpcjobs ssh 'test'"
+        deadline = time.monotonic() + 30
+        while True:  # slurmdbd first records a job as "allocation", then fills in its name
+            name = runner.run(
+                ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobName"], timeout=60
+            ).stdout.strip()
+            if name.splitlines()[:1] != ["allocation"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert name.splitlines()[0] == "hpcjobs ssh 'test'"
     finally:
         runner.run(["rm", "-f", f"slurm-{job_id}.out"], check=False)
