@@ -36,14 +36,13 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 from hpcjobs.checkpoint import ENV_DIR, CheckpointDir
-from hpcjobs.stopflag import StopFlag
+from hpcjobs.stopflag import StopFlag, initialised_dist
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +127,7 @@ class Resumable:
     @property
     def rank(self) -> int:
         """This process's global rank (0 outside distributed jobs)."""
-        dist = _initialised_dist()
+        dist = initialised_dist()
         if dist is not None:
             return int(dist.get_rank())
         return _env_int("RANK", "SLURM_PROCID")
@@ -162,7 +161,7 @@ class Resumable:
         if self.rank == 0:
             with self.checkpoints.save(step, meta) as folder:
                 write(folder)
-        dist = _initialised_dist()
+        dist = initialised_dist()
         if dist is not None:
             dist.barrier()
 
@@ -175,7 +174,7 @@ class Resumable:
             Interrupted: always (a :class:`SystemExit` with :data:`EXIT_INTERRUPTED`).
         """
         log.warning("%s; exiting so that the job continues from its checkpoint", message)
-        dist = _initialised_dist()
+        dist = initialised_dist()
         if dist is not None:
             try:
                 dist.destroy_process_group()
@@ -217,19 +216,6 @@ def _env_int(*names: str) -> int:
         if value.isdigit():
             return int(value)
     return 0
-
-
-def _initialised_dist() -> Any:
-    """``torch.distributed`` if torch is already imported and a process group is up."""
-    if "torch" not in sys.modules:
-        return None
-    try:
-        import torch.distributed as dist
-    except ImportError:  # pragma: no cover - torch without distributed support
-        return None
-    if dist.is_available() and dist.is_initialized():
-        return dist
-    return None
 
 
 __all__ = [

@@ -84,7 +84,7 @@ class LocalRunner:
         check: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> Result:
-        argv = _checked_argv(argv)
+        argv = checked_argv(argv)
         limit = self.default_timeout if timeout is None else timeout
         child_env = child_environment(os.environ, {**self.env, **(env or {})})
         log.debug("run: %s", shlex.join(argv))
@@ -114,7 +114,15 @@ class LocalRunner:
         return result
 
 
-def _checked_argv(argv: Sequence[str]) -> list[str]:
+def checked_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` as a list of strings, refusing a single string, an empty list and NUL bytes.
+
+    Every runner (local or SSH) checks its argv with this.
+
+    Raises:
+        TypeError: ``argv`` is a string.
+        ValueError: ``argv`` is empty or an element holds a NUL byte.
+    """
     if isinstance(argv, str):
         raise TypeError("argv must be a sequence of strings, not one string")
     items = [str(a) for a in argv]

@@ -86,7 +86,7 @@ class StopFlag:
         must call it at the same point of the loop. Elsewhere it is :meth:`is_set`.
         """
         local = self._event.is_set()
-        dist = _initialised_dist()
+        dist = initialised_dist()
         if dist is None:
             return local
         import torch
@@ -101,7 +101,7 @@ class StopFlag:
         return agreed
 
 
-def _initialised_dist() -> Any:
+def initialised_dist() -> Any:
     """``torch.distributed`` if torch is already imported and a process group is up."""
     import sys
 

@@ -13,25 +13,9 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
+from hpcjobs.runner import checked_argv
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def checked_argv(argv: Sequence[str]) -> list[str]:
-    """``argv`` as a list of strings, refusing a single string, an empty list and NUL bytes.
-
-    Raises:
-        TypeError: ``argv`` is a string.
-        ValueError: ``argv`` is empty or an element holds a NUL byte.
-    """
-    if isinstance(argv, str):
-        raise TypeError("argv must be a sequence of strings, not one string")
-    items = [str(a) for a in argv]
-    if not items:
-        raise ValueError("argv must not be empty")
-    for item in items:
-        if "\0" in item:
-            raise ValueError(f"argv element contains a NUL byte: {item!r}")
-    return items
 
 
 def remote_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:

@@ -27,12 +27,12 @@ from hpcjobs.errors import (
     CommandTimeoutError,
     TransportError,
 )
-from hpcjobs.remote.command import checked_argv, remote_command
+from hpcjobs.remote.command import remote_command
 from hpcjobs.remote.hostkeys import KnownHosts, TrustSources
 from hpcjobs.remote.hostspec import SITE_LOGIN_HOSTS, parse_host_spec
 from hpcjobs.remote.policy import ConnectRetry, TransientTransportError
 from hpcjobs.remote.sshconfig import Target, load_ssh_config, resolve_target
-from hpcjobs.runner import DEFAULT_TIMEOUT, Result
+from hpcjobs.runner import DEFAULT_TIMEOUT, Result, checked_argv
 
 if TYPE_CHECKING:
     import paramiko

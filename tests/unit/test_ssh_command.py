@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from hpcjobs.remote.command import checked_argv, remote_command
-from hpcjobs.runner import LocalRunner
+from hpcjobs.remote.command import remote_command
+from hpcjobs.runner import LocalRunner, checked_argv
 
 NASTY = [
     "it's",
