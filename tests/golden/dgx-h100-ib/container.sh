@@ -186,13 +186,14 @@ HPCJOBS_MAX_REQUEUE_APPLICATION=0
 HPCJOBS_MAX_REQUEUES=''
 # The options this job was submitted with, for its continuation job.
 HPCJOBS_SBATCH_ARGS=(--job-name=container-train --partition=batch --nodes=2 --ntasks-per-node=8 --cpus-per-task=28 --gpus-per-node=h100:8 --time=02:00:00 --output=/home/user/hpcjobs/runs/container-train/slurm-%j.out --open-mode=append --signal=B:USR2@300 --requeue)
-# # ---- hpcjobs requeue library (bash; needs only scontrol, squeue and sbatch) ----------------
+# # ---- hpcjobs requeue library (bash; needs scontrol, squeue, sbatch; sacct if present) ------
 # Decides, after the workload exits, whether the job is finished, failed, or continues from its
 # last checkpoint; keeps a per-job event log ("chain"); and resumes fast:
 #   * preemption / timeout: a continuation job is submitted with --dependency=afterany:<this job>
 #     and this job is marked Requeue=0, so Slurm does not also requeue it. The continuation
 #     starts as soon as resources are free, instead of after Slurm's ~2 minute requeue hold.
-#   * node failure: Slurm requeues the job itself (same job id, SLURM_RESTART_COUNT+1).
+#   * node failure (or a preemption whose grace time ran out): Slurm requeues the job itself
+#     (same job id, SLURM_RESTART_COUNT+1); the event log records it and budgets apply.
 # The policy mirrors hpcjobs.requeue.decide(); keep the two in step.
 # Inputs: HPCJOBS_RUN_DIR (shared folder for the event log), HPCJOBS_CHAIN_ROOT (set only
 #         for continuations), HPCJOBS_CHECKPOINT_DIR, HPCJOBS_SIGNAL_LEAD (s),
@@ -217,10 +218,11 @@ hpcjobs_chain_file() {
     printf '%s/chain-%s.tsv' "$HPCJOBS_RUN_DIR" "${HPCJOBS_CHAIN_ROOT:-$(hpcjobs_self_id)}"
 }
 
-# hpcjobs_event EVENT CAUSE DETAIL: one tab-separated line per event.
+# hpcjobs_event EVENT CAUSE DETAIL [TIME]: one tab-separated line per event (TIME: epoch
+# seconds when the event happened, if not now).
 hpcjobs_event() {
     local detail=${3//[$'\t\n']/ }
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date +%s.%N)" "$(hpcjobs_self_id)" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "${4:-$(date +%s.%N)}" "$(hpcjobs_self_id)" \
         "${SLURM_RESTART_COUNT:-0}" "$1" "$2" "$detail" >>"$(hpcjobs_chain_file)"
 }
 
@@ -230,12 +232,6 @@ hpcjobs_count() {
     file=$(hpcjobs_chain_file)
     [[ -f $file ]] || { echo 0; return; }
     awk -F'\t' -v e="$1" -v c="${2:-}" '$4 == e && (c == "" || $5 == c) {n++} END {print n + 0}' "$file"
-}
-
-hpcjobs_last_event() {
-    local file
-    file=$(hpcjobs_chain_file)
-    [[ -f $file ]] && tail -n 1 "$file" | cut -f4
 }
 
 # The newest complete checkpoint step in HPCJOBS_CHECKPOINT_DIR, or -1.
@@ -292,18 +288,8 @@ hpcjobs_begin() {
         HPCJOBS_CHAIN_ROOT=$self
     fi
     export HPCJOBS_CHAIN_ROOT=${HPCJOBS_CHAIN_ROOT:-$self}
-    if ((${SLURM_RESTART_COUNT:-0} > 0)) && [[ $(hpcjobs_last_event) != requeue ]]; then
-        # Slurm requeued this job by itself: a node failed (or an admin requeued it).
-        hpcjobs_event requeue node_failure \
-            "requeued by Slurm (restart ${SLURM_RESTART_COUNT}) $(hpcjobs_position)"
-        local used allowed
-        used=$(hpcjobs_count requeue node_failure)
-        allowed=$(hpcjobs_budget node_failure)
-        if ((used > allowed)); then
-            hpcjobs_event end fail "requeue budget for node_failure exhausted: $((used - 1))/$allowed"
-            hpcjobs_log "requeue budget for node_failure exhausted ($((used - 1))/$allowed); giving up"
-            exit 1
-        fi
+    if ((${SLURM_RESTART_COUNT:-0} > 0)) && ! hpcjobs_is_done; then
+        hpcjobs_after_slurm_requeue
     fi
     # Runs before this one: starts in the log, or Slurm's own count if that is higher.
     local starts
@@ -326,6 +312,68 @@ hpcjobs_begin() {
     fi
 }
 
+# hpcjobs_run_state N: "STATE|END" of this job's run N (1 = first) from accounting, or nothing
+# (no slurmdbd, or it has not recorded the run yet).
+hpcjobs_run_state() {
+    timeout 20 sacct -n -X -D -P -j "$SLURM_JOB_ID" -o State,End 2>/dev/null | sed -n "${1}p"
+}
+
+# hpcjobs_requeue_cause STATE SIGNAL: the cause of a requeue that Slurm did by itself.
+# PREEMPTED: the grace time ran out before the job ended. NODE_FAIL, an admin's requeue, or
+# no record: node_failure (a warning signal before the requeue still means preemption).
+hpcjobs_requeue_cause() {
+    case ${1%% *} in
+        PREEMPTED) echo preemption ;;
+        NODE_FAIL) echo node_failure ;;
+        *) [[ ${2:-} == warning ]] && echo preemption || echo node_failure ;;
+    esac
+}
+
+# hpcjobs_after_slurm_requeue: this run is a Slurm requeue of the job (SLURM_RESTART_COUNT > 0).
+# Records it unless the previous run already did, and enforces the budgets. Exits when this run
+# must not go on.
+hpcjobs_after_slurm_requeue() {
+    local file last event cause detail self next run when used allowed total
+    file=$(hpcjobs_chain_file)
+    [[ -f $file ]] && last=$(tail -n 1 "$file")
+    IFS=$'\t' read -r _ _ _ event cause detail <<<"${last:-}"
+    self=$(hpcjobs_self_id)
+    if [[ $event == requeue && $detail == "continued as job "* ]]; then
+        next=${detail#continued as job }
+        next=${next%% *}
+        if [[ $next != "$self" ]]; then
+            # The previous run continued in another job, yet Slurm requeued this one too (the
+            # Requeue=0 update failed or came too late). Never run the chain twice.
+            hpcjobs_log "Slurm requeued this job, but the chain already continues as job $next; exiting"
+            exit 0
+        fi
+        event="" # the continuation's first run was lost before it began: record the requeue
+    fi
+    if [[ $event != requeue || $detail != "requeued by Slurm"* ]]; then
+        # The previous run ended without a word (its batch host died, or it was killed): ask
+        # accounting how it ended, and date the requeue from the end of that run.
+        run=$(hpcjobs_run_state "${SLURM_RESTART_COUNT}")
+        cause=$(hpcjobs_requeue_cause "${run%%|*}" "")
+        when=""
+        [[ $run == *"|"* ]] && when=$(date -d "${run#*|}" +%s 2>/dev/null)
+        hpcjobs_event requeue "$cause" \
+            "requeued by Slurm (restart ${SLURM_RESTART_COUNT}) $(hpcjobs_position)" "$when"
+    fi
+    used=$(hpcjobs_count requeue "$cause")
+    allowed=$(hpcjobs_budget "$cause")
+    total=$(hpcjobs_count requeue)
+    if ((used > allowed)); then
+        hpcjobs_event end fail "requeue budget for $cause exhausted: $((used - 1))/$allowed"
+        hpcjobs_log "requeue budget for $cause exhausted ($((used - 1))/$allowed); giving up"
+        exit 1
+    fi
+    if [[ -n ${HPCJOBS_MAX_REQUEUES:-} ]] && ((total > HPCJOBS_MAX_REQUEUES)); then
+        hpcjobs_event end fail "requeue budget exhausted: $((total - 1))/$HPCJOBS_MAX_REQUEUES requeues in total"
+        hpcjobs_log "total requeue budget exhausted ($((total - 1))/$HPCJOBS_MAX_REQUEUES); giving up"
+        exit 1
+    fi
+}
+
 # hpcjobs_seconds D-HH:MM:SS|HH:MM:SS|MM:SS -> seconds (empty for UNLIMITED/unknown).
 hpcjobs_seconds() {
     local t=$1 days=0 h=0 m=0 s=0
@@ -340,10 +388,20 @@ hpcjobs_seconds() {
     echo $((10#$days * 86400 + 10#$h * 3600 + 10#$m * 60 + 10#$s))
 }
 
-# hpcjobs_cause RC SIGNAL: preemption | timeout | cancelled | none | application
+# hpcjobs_cause RC SIGNAL: preemption | timeout | cancelled | none | application, or
+# requeued_preemption | requeued_node_failure when Slurm has already requeued the job itself.
 hpcjobs_cause() {
-    local rc=$1 signal=$2 left info
+    local rc=$1 signal=$2 left info restarts
     info=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null)
+    # Slurm counts a requeue as soon as it decides it (node failure, preemption grace time over,
+    # an admin's requeue): the job comes back with the same id, so no continuation is needed,
+    # and the program's exit (0 after a checkpoint) must not mark the job done.
+    restarts=$(grep -oE '(^|[[:space:]])Restarts=[0-9]+' <<<"$info" | head -n 1)
+    restarts=${restarts##*=}
+    if [[ -n $restarts ]] && ((restarts > ${SLURM_RESTART_COUNT:-0})); then
+        echo "requeued_$(hpcjobs_requeue_cause "$(hpcjobs_run_state $((${SLURM_RESTART_COUNT:-0} + 1)))" "$signal")"
+        return
+    fi
     if grep -qE 'PreemptTime=[0-9]' <<<"$info"; then
         echo preemption
         return
@@ -368,6 +426,14 @@ hpcjobs_cause() {
         echo none
     else
         echo application
+    fi
+}
+
+# Tell Slurm not to requeue this job: after a preemption, Slurm >= 24.05 requeues a job that exits
+# during the grace time, whatever its exit code.
+hpcjobs_no_slurm_requeue() {
+    if ! scontrol update "jobid=$SLURM_JOB_ID" Requeue=0 >/dev/null 2>&1; then
+        hpcjobs_log "could not mark job $SLURM_JOB_ID Requeue=0; Slurm may also requeue it"
     fi
 }
 
@@ -398,9 +464,7 @@ hpcjobs_continue() {
         "--dependency=afterany:$SLURM_JOB_ID" "${args[@]}" "$0" 2>&1); then
         new=${new%%;*}
         [[ -n ${SLURM_ARRAY_TASK_ID:-} ]] && new="${new}_$SLURM_ARRAY_TASK_ID"
-        if ! scontrol update "jobid=$SLURM_JOB_ID" Requeue=0 >/dev/null 2>&1; then
-            hpcjobs_log "could not mark job $SLURM_JOB_ID Requeue=0; Slurm may also requeue it"
-        fi
+        hpcjobs_no_slurm_requeue
         hpcjobs_event requeue "$1" "continued as job $new $(hpcjobs_position)"
         hpcjobs_log "$1: continuing as job $new (starts when resources are free)"
         return 0
@@ -421,6 +485,14 @@ hpcjobs_finish() {
     fi
     cause=$(hpcjobs_cause "$rc" "$signal")
     case $cause in
+        requeued_*)
+            cause=${cause#requeued_}
+            hpcjobs_event requeue "$cause" \
+                "requeued by Slurm (restart $((${SLURM_RESTART_COUNT:-0} + 1))) $(hpcjobs_position)"
+            hpcjobs_log "$cause: Slurm requeued this job itself; its next run resumes from the last checkpoint"
+            echo "$rc"
+            return
+            ;;
         none)
             hpcjobs_mark_done
             hpcjobs_event end finish "completed"
@@ -438,6 +510,7 @@ hpcjobs_finish() {
     total=$(hpcjobs_count requeue)
     if [[ -n ${HPCJOBS_MAX_REQUEUES:-} ]] && ((total >= HPCJOBS_MAX_REQUEUES)); then
         hpcjobs_event end fail "requeue budget exhausted: $total/$HPCJOBS_MAX_REQUEUES requeues in total"
+        [[ $cause == preemption ]] && hpcjobs_no_slurm_requeue
         hpcjobs_log "$cause, but the total requeue budget is exhausted ($total/$HPCJOBS_MAX_REQUEUES)"
         echo $((rc ? rc : 1))
         return
@@ -448,6 +521,7 @@ hpcjobs_finish() {
         else
             hpcjobs_event end fail "requeue budget for $cause exhausted: $used/$allowed"
         fi
+        [[ $cause == preemption ]] && hpcjobs_no_slurm_requeue
         hpcjobs_log "$cause (exit code $rc); not requeued ($used/$allowed requeues used)"
         echo $((rc ? rc : 1))
         return
@@ -465,7 +539,7 @@ hpcjobs_begin
 hpcjobs_head=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-localhost}" | head -n 1)
 MASTER_ADDR=$(scontrol show node "$hpcjobs_head" 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p' | head -n 1)
 export MASTER_ADDR="${MASTER_ADDR:-$hpcjobs_head}"
-export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))
+export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 10000 ))
 # One task per rank; each becomes the command through hpcjobs_rank.
 # shellcheck disable=SC2016
 srun --nodes=2 --ntasks-per-node=8 --cpus-per-task=28 --kill-on-bad-exit=1 '--container-image=nvcr.io#nvidia/pytorch:24.05-py3' --container-mounts=/lustre:/lustre,/data/imagenet:/data:ro \

@@ -1,0 +1,130 @@
+"""A tiny deterministic workload that checkpoints, stops on Slurm's warning and resumes.
+
+Each step folds the step number into a 64-bit state. The final state depends only on the
+number of steps, so a run that was interrupted and resumed any number of times ends with the
+same result as an uninterrupted one, provided it always resumes from a complete checkpoint.
+
+Every rank computes; rank 0 writes the checkpoints (``step-N/state.json`` through
+:class:`hpcjobs.checkpoint.CheckpointDir`), notes its progress every step, and at the end
+writes ``--result`` and the done marker. On the warning signal or SIGTERM
+(:class:`hpcjobs.stopflag.StopFlag`) rank 0 checkpoints the step it just finished and every
+rank exits 0.
+
+Fault injection, used by the live requeue tests:
+
+- ``--fail-at STEP --fail-code N``: every rank exits with code N after STEP.
+- ``--slow-save-at STEP``: in the first run only (``HPCJOBS_RESTART_COUNT`` 0), the checkpoint
+  of STEP writes half of its file, touches ``--slow-save-marker`` and then hangs inside the save
+  until the job is killed.
+
+Run it directly for a reference result::
+
+    HPCJOBS_CHECKPOINT_DIR=/tmp/ck python tests/live/requeue_workload.py --steps 50 \\
+        --step-time 0 --result /tmp/ref.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from hpcjobs.checkpoint import CheckpointDir
+from hpcjobs.stopflag import StopFlag
+
+MASK = (1 << 64) - 1
+
+
+def advance(state: int, step: int) -> int:
+    """The state after ``step``: a 64-bit LCG mixed with the step number."""
+    return (state * 6364136223846793005 + 1442695040888963407 + step * 2654435761) & MASK
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="deterministic requeue test workload")
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--step-time", type=float, default=0.1, help="seconds per step")
+    parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--result", type=Path, required=True)
+    parser.add_argument("--fail-at", type=int, default=None)
+    parser.add_argument("--fail-code", type=int, default=3)
+    parser.add_argument("--slow-save-at", type=int, default=None)
+    parser.add_argument("--slow-save-marker", type=Path, default=None)
+    return parser.parse_args(argv)
+
+
+def resume_point(ckpt: CheckpointDir) -> tuple[int, int, int | None]:
+    """(state, first step to run, checkpoint step resumed from) from the newest checkpoint."""
+    last = ckpt.latest()
+    if last is None:
+        return 0, 0, None
+    saved = json.loads((last.path / "state.json").read_text())
+    return int(saved["state"]), last.step + 1, last.step
+
+
+def save(ckpt: CheckpointDir, step: int, state: int, args: argparse.Namespace) -> None:
+    """Checkpoint ``step`` (rank 0 only); hangs halfway when told to (``--slow-save-at``)."""
+    body = json.dumps({"step": step, "state": state})
+    with ckpt.save(step) as folder:
+        if step == args.slow_save_at and os.environ.get("HPCJOBS_RESTART_COUNT", "0") == "0":
+            (folder / "state.json").write_text(body[: len(body) // 2])
+            if args.slow_save_marker is not None:
+                args.slow_save_marker.write_text(str(folder))
+            print(f"[workload] writing checkpoint {step} slowly", flush=True)
+            while True:
+                time.sleep(1)
+        (folder / "state.json").write_text(body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    stop = StopFlag.install()
+    rank = int(os.environ.get("RANK", "0"))
+    restart = os.environ.get("HPCJOBS_RESTART_COUNT", "0")
+    ckpt = CheckpointDir.from_env(keep=3)
+
+    def say(message: str) -> None:
+        if rank == 0:
+            print(f"[workload] {message}", flush=True)
+
+    if ckpt.is_done():
+        say("already finished")
+        return 0
+    state, start, resumed = resume_point(ckpt)
+    if resumed is None:
+        say(f"starting from scratch (restart {restart})")
+    else:
+        say(f"resumed from checkpoint step {resumed} (restart {restart})")
+
+    for step in range(start, args.steps):
+        state = advance(state, step)
+        if args.step_time:
+            time.sleep(args.step_time)
+        if rank == 0:
+            ckpt.note_progress(step)
+        if step == args.fail_at:
+            say(f"failing on purpose after step {step} (exit {args.fail_code})")
+            return int(args.fail_code)
+        stopping = stop.is_set()
+        if stopping or (step + 1) % args.checkpoint_every == 0:
+            if rank == 0:
+                save(ckpt, step, state, args)
+            if stopping:
+                say(
+                    f"stop signal ({stop.signal_name}) after step {step}: checkpoint saved, exiting"
+                )
+                return 0
+
+    if rank == 0:
+        result = {"steps": args.steps, "state": f"{state:016x}"}
+        args.result.write_text(json.dumps(result, sort_keys=True) + "\n")
+        ckpt.mark_done(result)
+        say(f"finished {args.steps} steps: {result['state']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
