@@ -94,9 +94,13 @@ STUBS = {
 echo "scontrol $*" >> "$STUB_LOG"
 if [[ $1 == show ]]; then
   state=${STUB_JOB_STATE:-RUNNING}
-  echo "JobId=$SLURM_JOB_ID JobState=$state PreemptTime=${STUB_PREEMPT_TIME:-None}"
+  echo "JobId=$SLURM_JOB_ID JobState=$state Restarts=${STUB_RESTARTS:-${SLURM_RESTART_COUNT:-0}}"
+  echo "   PreemptTime=${STUB_PREEMPT_TIME:-None}"
 fi
 exit 0
+""",
+    "sacct": """#!/bin/bash
+printf '%s\\n' ${STUB_SACCT_RUNS:-}
 """,
     "squeue": """#!/bin/bash
 echo "${STUB_TIME_LEFT:-UNLIMITED}"
@@ -286,3 +290,95 @@ def test_bash_seconds() -> None:
     )
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["[93784]", "[7384]", "[184]", "[59]", "[]"]
+
+
+# ---- requeues Slurm did by itself (node failure, grace time over) -------------------------------
+
+
+def _library_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name, body in STUBS.items():
+        (bindir / name).write_text(body)
+        (bindir / name).chmod(0o755)
+    run_dir = tmp_path / "run"
+    (run_dir / "ckpt").mkdir(parents=True, exist_ok=True)
+    return {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "STUB_LOG": str(tmp_path / "calls.log"),
+        "SLURM_JOB_ID": "300",
+        "HPCJOBS_RUN_DIR": str(run_dir),
+        "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
+        **extra,
+    }
+
+
+def _bash(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", f"source {LIBRARY}\n{script}", "job.sbatch"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_finish_after_slurm_already_requeued_is_not_done(tmp_path: Path) -> None:
+    """A node failed: Slurm requeued the job while the program on the healthy node exited 0.
+    The run must not count as finished, and no continuation may be submitted."""
+    env = _library_env(tmp_path, STUB_RESTARTS="1", STUB_SACCT_RUNS="NODE_FAIL|2026-01-01T00:00:00")
+    proc = _bash('hpcjobs_finish 0 ""', env)
+    assert proc.returncode == 0, proc.stderr
+    chain = (tmp_path / "run" / "chain-300.tsv").read_text()
+    assert "requeue\tnode_failure\trequeued by Slurm (restart 1)" in chain
+    assert not (tmp_path / "run" / "DONE-300").exists()
+    assert "sbatch" not in (tmp_path / "calls.log").read_text()
+
+
+def test_begin_after_unlogged_requeue_asks_accounting(tmp_path: Path) -> None:
+    """The first run died without a word; accounting says it was preempted (grace time over)."""
+    env = _library_env(
+        tmp_path,
+        SLURM_RESTART_COUNT="1",
+        STUB_SACCT_RUNS="PREEMPTED|2026-01-01T00:00:10 RUNNING|Unknown",
+    )
+    (tmp_path / "run" / "chain-300.tsv").write_text("1.0\t300\t0\tstart\t-\tcheckpoint=-1\n")
+    proc = _bash("hpcjobs_begin\necho RAN", env)
+    assert proc.returncode == 0, proc.stderr
+    assert "RAN" in proc.stdout
+    lines = (tmp_path / "run" / "chain-300.tsv").read_text().splitlines()
+    fields = lines[1].split("\t")
+    assert fields[3:5] == ["requeue", "preemption"]
+    assert fields[0].startswith("1767225610")  # dated at the lost run's end
+
+
+def test_begin_never_runs_a_chain_twice(tmp_path: Path) -> None:
+    """Slurm requeued a job whose chain had already continued as another job: exit at once."""
+    env = _library_env(tmp_path, SLURM_RESTART_COUNT="1")
+    (tmp_path / "run" / "chain-300.tsv").write_text(
+        "1.0\t300\t0\tstart\t-\tcheckpoint=-1\n"
+        "2.0\t300\t0\trequeue\tpreemption\tcontinued as job 301 checkpoint=4 progress=4\n"
+    )
+    proc = _bash("hpcjobs_begin\necho RAN", env)
+    assert proc.returncode == 0
+    assert "RAN" not in proc.stdout
+    assert "already continues as job 301" in proc.stderr
+
+
+def test_begin_enforces_total_budget_on_slurm_requeues(tmp_path: Path) -> None:
+    env = _library_env(
+        tmp_path,
+        SLURM_RESTART_COUNT="1",
+        HPCJOBS_MAX_REQUEUES="1",
+        STUB_SACCT_RUNS="NODE_FAIL|2026-01-01T00:00:00",
+    )
+    (tmp_path / "run" / "chain-300.tsv").write_text(
+        "1.0\t299\t0\tstart\t-\tcheckpoint=-1\n"
+        "2.0\t299\t0\trequeue\ttimeout\tcontinued as job 300 checkpoint=1 progress=1\n"
+        "3.0\t300\t0\tstart\t-\tcheckpoint=1\n"
+    )
+    env["HPCJOBS_CHAIN_ROOT"] = "299"
+    proc = _bash("hpcjobs_begin\necho RAN", env)
+    assert proc.returncode == 1
+    assert "RAN" not in proc.stdout
+    assert "total requeue budget exhausted" in proc.stderr
