@@ -90,6 +90,7 @@ def decide(
     done: bool,
     counts: Mapping[Cause, int],
     budget: Budget,
+    slurm_requeued: bool = False,
 ) -> Decision:
     """What to do after a run ended.
 
@@ -99,7 +100,13 @@ def decide(
         done: Whether the done marker exists.
         counts: Requeues already spent, per cause.
         budget: The job's requeue budget.
+        slurm_requeued: Slurm already requeued the job itself (a node failed, or the
+            preemption grace time ran out): it comes back under the same id, so nothing is
+            submitted and the run is not finished, whatever the exit code. Budgets are
+            checked when that next run starts.
     """
+    if slurm_requeued:
+        return Decision(Action.REQUEUE, cause, "requeued by Slurm", exit_code)
     if done:
         return Decision(Action.FINISH, cause, "done marker present", 0)
     if cause is Cause.NONE:

@@ -69,6 +69,19 @@ def test_python_decide(case: Case) -> None:
         assert decision.exit_code == 0
 
 
+def test_python_decide_slurm_requeued_is_never_finished() -> None:
+    decision = decide(
+        Cause.NODE_FAILURE,
+        exit_code=0,
+        done=False,
+        counts={},
+        budget=Budget(),
+        slurm_requeued=True,
+    )
+    assert decision.action is Action.REQUEUE
+    assert decision.reason == "requeued by Slurm"
+
+
 @pytest.mark.parametrize(
     ("exit_code", "signal", "preempted", "timed_out", "cause"),
     [
