@@ -288,9 +288,22 @@ class Sandbox:
                 ["sacctmgr", "-i", "add", "account", ACCOUNT, f"cluster={CLUSTER_NAME}"],
                 timeout=30,
             )
-        users = self.runner.run(["sacctmgr", "-n", "-P", "show", "user", "format=user"], timeout=30)
         user = _current_user()
-        if user not in users.stdout.split():
+        assoc = self.runner.run(
+            [
+                "sacctmgr",
+                "-n",
+                "-P",
+                "show",
+                "assoc",
+                f"user={user}",
+                f"account={ACCOUNT}",
+                "format=user",
+            ],
+            timeout=30,
+        )
+        if user not in assoc.stdout.split():
+            # An existing user (root has an association with account 'root') gets one more.
             self.runner.run(
                 [
                     "sacctmgr",
