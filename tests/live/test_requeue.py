@@ -465,3 +465,52 @@ def test_kill_during_checkpoint_resumes_from_the_previous_one(cluster: Cluster) 
     assert [c.step for c in job.checkpoints.checkpoints()][-1] == 59
     runs = cluster.settled_runs(job.root, 2)
     assert [r["state"] for r in runs] == ["PREEMPTED", "COMPLETED"]
+
+
+# ---- the same chain through the commands people use -----------------------------------------
+
+
+def test_cli_follows_the_chain(cluster: Cluster) -> None:
+    """`submit --wait` follows the job into its continuation and exits 0; `status`, `logs` and
+    `history` given the first job id report the chain: cause, steps lost, resume latency."""
+    out = cluster.folder / "cli-chain"
+    out.mkdir(mode=0o755)
+    env = {**os.environ, **cluster.env}
+    argv = [HPCJOBS, "--site", "sandbox", "submit", "--wait", "--json", "-J", "cli-chain"]
+    argv += ["--output-dir", str(out), "-N", "2", "--gpus-per-node", "1", "-t", "5:00", "--"]
+    argv += [PYTHON, WORKLOAD, "--steps", "120", "--result", str(out / "result.json")]
+    proc = subprocess.Popen(
+        argv, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    ckpt = CheckpointDir(out / "checkpoints")
+    wait_for("the workload to make progress", lambda: (ckpt.progress() or 0) >= 20, 90, 0.1)
+    cluster.preempt()
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr
+    root = json.loads(stdout)["job_id"]
+    assert f"job {root} continues as job" in stderr
+    assert "chain of job" in stderr and "finish" in stderr
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [HPCJOBS, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+
+    status = cli("status", root)
+    assert status.returncode == 0, status.stderr
+    assert f"job {root} continues as job" in status.stderr
+    logs = cli("logs", root)
+    assert f"hpcjobs: run 1 of job {root}" in logs.stdout
+    data: dict[str, object] = {}
+    for _ in range(60):  # slurmdbd records the continuation a moment after it ends
+        history = cli("history", "--json", root)
+        data = json.loads(history.stdout) if history.returncode == 0 else {}
+        if data and len(data["jobs"]) == 2:  # type: ignore[arg-type]
+            break
+        time.sleep(1)
+    assert data["final"] == {"result": "finish", "detail": "done marker present"}
+    (stop,) = data["interruptions"]  # type: ignore[misc]
+    assert stop["cause"] == "preemption"
+    assert stop["steps_lost"] == 0
+    assert stop["resume_latency_s"] is not None and stop["resume_latency_s"] < 30
+    assert json.loads((out / "result.json").read_text()) == reference(120, cluster.folder)
