@@ -62,6 +62,9 @@ def sandbox() -> Iterator[object]:
     box = Sandbox(TEST_SANDBOX_DIR)
     was_running = box.is_running()
     box.up(Settings(port_base=TEST_PORT_BASE, grace_time=15))
+    if not was_running:
+        # Jobs a killed earlier run left in the controller's state must not compete with ours.
+        box.cancel_all_jobs()
     yield box
     if not was_running:
         box.down()

@@ -462,7 +462,7 @@ class Sandbox:
         pids = self.daemon_pids()
         stopped: list[int] = []
         if pids.get("slurmctld") is not None:
-            self._cancel_all_jobs(progress)
+            self.cancel_all_jobs(progress)
         order = [k for k in pids if k.startswith("slurmd-")] + [
             "slurmctld",
             "slurmdbd",
@@ -489,7 +489,8 @@ class Sandbox:
             shutil.rmtree(self.state_dir)
         return stopped
 
-    def _cancel_all_jobs(self, progress: Progress) -> None:
+    def cancel_all_jobs(self, progress: Progress = _quiet) -> None:
+        """Cancel every job in the sandbox's queue and wait (briefly) until they are gone."""
         queue = self.runner.run(["squeue", "-h", "-o", "%A"], check=False, timeout=30)
         jobs = sorted(set(queue.stdout.split()))
         if not jobs:
