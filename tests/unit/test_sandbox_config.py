@@ -77,3 +77,52 @@ def test_runtime_dir_is_short_and_distinct(tmp_path: Path) -> None:
     a, b = Layout(tmp_path / "a"), Layout(tmp_path / "b")
     assert a.run != b.run
     assert len(str(a.mysql_socket)) < 100  # unix socket paths are limited to 108 bytes
+
+
+def test_missing_packages_explained_to_non_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcjobs.errors import SandboxError
+    from hpcjobs.sandbox import packages
+
+    monkeypatch.setattr(packages, "which", lambda name: None if name == "slurmdbd" else "/x")
+    monkeypatch.setattr(packages.os, "geteuid", lambda: 1000)
+    with pytest.raises(SandboxError) as info:
+        packages.ensure_installed()
+    assert "slurmdbd" in info.value.message
+    assert info.value.hint == (
+        "install them with: sudo apt-get install -y --no-install-recommends slurmdbd"
+    )
+
+
+def test_missing_packages_installed_as_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collections.abc import Mapping, Sequence
+
+    from hpcjobs.runner import Result
+    from hpcjobs.sandbox import packages
+
+    installed: set[str] = set()
+    calls: list[list[str]] = []
+
+    class AptRunner:
+        def run(
+            self,
+            argv: Sequence[str],
+            *,
+            stdin: str | None = None,
+            timeout: float | None = None,
+            check: bool = True,
+            env: Mapping[str, str] | None = None,
+        ) -> Result:
+            calls.append(list(argv))
+            if argv[1] == "install":
+                installed.update(argv[4:])
+            return Result(tuple(argv), 0, "", "")
+
+    monkeypatch.setattr(
+        packages, "which", lambda name: "/x" if name != "munged" or "munge" in installed else None
+    )
+    monkeypatch.setattr(packages.os, "geteuid", lambda: 0)
+    packages.ensure_installed(runner=AptRunner())
+    assert calls == [
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "--no-install-recommends", "munge"],
+    ]
