@@ -7,6 +7,7 @@ The client side has its own $HOME (ssh config, known_hosts); the login node is a
 from __future__ import annotations
 
 import json
+import secrets
 import time
 
 import pytest
@@ -43,6 +44,8 @@ def test_remote_submit_status_logs_history(login: str, sshd: SshServer) -> None:
         "--json",
         "-J",
         "remote 'demo'",
+        "--output-dir",
+        f"hpcjobs-test/{secrets.token_hex(4)}",
         "-N",
         "2",
         "-t",
@@ -55,8 +58,8 @@ def test_remote_submit_status_logs_history(login: str, sshd: SshServer) -> None:
     assert code == 0, err
     sub = json.loads(out)
     job_id = sub["job_id"]
-    # Paths resolved on the login node: the test user's home, not this machine's.
-    assert sub["output_dir"].startswith(f"/home/{sshd.user}/")
+    # Relative paths resolve on the login node: the test user's home, not this machine's.
+    assert sub["output_dir"].startswith(f"/home/{sshd.user}/hpcjobs-test/")
 
     code, out, err = _cli("logs", "--host", login, "-f", job_id)
     assert code == 0, err

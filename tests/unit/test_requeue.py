@@ -395,3 +395,18 @@ def test_begin_enforces_total_budget_on_slurm_requeues(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "RAN" not in proc.stdout
     assert "total requeue budget exhausted" in proc.stderr
+
+
+def test_begin_sets_aside_a_log_left_by_an_earlier_job_with_the_same_id(tmp_path: Path) -> None:
+    """Job ids repeat when a cluster's counter is reset: an old chain must not pass for ours."""
+    env = _library_env(tmp_path)
+    run_dir = tmp_path / "run"
+    (run_dir / "chain-300.tsv").write_text("1.0\t300\t0\tend\tfinish\tcompleted\n")
+    (run_dir / "DONE-300").write_text("")
+    proc = _bash("hpcjobs_begin\necho RAN", env)
+    assert proc.returncode == 0, proc.stderr
+    assert "RAN" in proc.stdout
+    events = (run_dir / "chain-300.tsv").read_text().splitlines()
+    assert [e.split("\t")[3] for e in events] == ["start"]
+    assert list(run_dir.glob("chain-300.tsv.stale-*"))
+    assert not (run_dir / "DONE-300").exists()

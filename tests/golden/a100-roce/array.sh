@@ -264,6 +264,22 @@ hpcjobs_budget() {
     esac
 }
 
+# The first run of a chain finds no log of its own: one already there belongs to an earlier job
+# that had the same id (ids repeat when a cluster's job counter is reset). Set it aside.
+hpcjobs_set_aside_stale() {
+    local file stamp
+    file=$(hpcjobs_chain_file)
+    stamp=$(date +%s)
+    if [[ -e $file ]]; then
+        mv -f "$file" "$file.stale-$stamp"
+        hpcjobs_log "set aside an event log left by an earlier job $HPCJOBS_CHAIN_ROOT"
+    fi
+    if [[ -e $HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT ]]; then
+        mv -f "$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT" \
+            "$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT.stale-$stamp"
+    fi
+}
+
 # hpcjobs_begin: call once at the top of the job, before the workload starts.
 # Exits the job when it is already finished or out of budget.
 hpcjobs_begin() {
@@ -276,6 +292,9 @@ hpcjobs_begin() {
         HPCJOBS_CHAIN_ROOT=$self
     fi
     export HPCJOBS_CHAIN_ROOT=${HPCJOBS_CHAIN_ROOT:-$self}
+    if [[ $HPCJOBS_CHAIN_ROOT == "$self" ]] && ((${SLURM_RESTART_COUNT:-0} == 0)); then
+        hpcjobs_set_aside_stale
+    fi
     if ((${SLURM_RESTART_COUNT:-0} > 0)) && ! hpcjobs_is_done; then
         hpcjobs_after_slurm_requeue
     fi
