@@ -120,7 +120,12 @@ def test_submit_wait_completed_with_record(client: SlurmClient, shared_tmp: Path
 def test_wait_failure_exits_1(client: SlurmClient, shared_tmp: Path) -> None:
     result = _submit(client, _job(shared_tmp, "live-fail", "exit 3"), shared_tmp)
     assert _wait(client, result.job_ids) == 1
-    (hist,) = job_history(client, result.job_ids[0])
+    deadline = time.monotonic() + 30
+    while True:  # slurmdbd records the end a moment after the controller forgets the job
+        (hist,) = job_history(client, result.job_ids[0])
+        if hist.runs[-1].cause != "running" or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert hist.runs[-1].cause == "application failure" and hist.runs[-1].exit_code == 3
 
 
