@@ -22,6 +22,7 @@ from hpcjobs.runner import Runner
 
 _KV = re.compile(r"(\w+)=(-?\d+)")
 _CONTINUED = re.compile(r"continued as job (\d+(?:_\d+)?)")
+_SLURM_RESTART = re.compile(r"requeued by Slurm \(restart (\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,16 @@ class Event:
     event: str
     cause: str
     detail: str
+
+    @property
+    def stopped_run(self) -> int:
+        """For a ``requeue`` event: the index of the job's run that stopped.
+
+        A requeue Slurm did itself says which restart it led to; the job's run before that one
+        stopped. Any other requeue was logged by the stopping run.
+        """
+        match = _SLURM_RESTART.search(self.detail)
+        return int(match.group(1)) - 1 if match else self.restart
 
     def number(self, key: str) -> int | None:
         """An integer ``key=<n>`` from the detail, if present."""
@@ -177,18 +188,11 @@ def load_chain(
     The output dir comes from the local job index that ``hpcjobs submit`` keeps; None when
     the job was not submitted by hpcjobs from here, or its chain has no events yet.
     """
-    from hpcjobs.records import index_entry, read_record
+    from hpcjobs.records import index_entry
 
     if output_dir is None:
         entry = index_entry(job_id, index_dir=index_dir, host=host)
-        if entry is None:
-            return None
-        output_dir = entry.get("output_dir")
-        if not output_dir and not entry.get("host"):
-            try:
-                output_dir = read_record(Path(str(entry.get("record")))).get("output_dir")
-            except HpcJobsError:
-                return None
+        output_dir = entry.get("output_dir") if entry else None
         if not output_dir:
             return None
     try:

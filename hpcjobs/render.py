@@ -36,9 +36,6 @@ from hpcjobs.tuning import EnvVar, is_tuning_var, tuning_env
 _DIRECTIVE_SAFE = re.compile(r"^--[a-z][a-z-]*(=[A-Za-z0-9._:@%/+,=-]+)?$")
 
 #: First port of the range MASTER_PORT is derived from (``base + job_id % span``).
-# The same numbers as hpcjobs.distributed.master_port(), which Python code uses.
-MASTER_PORT_BASE = PORT_BASE
-MASTER_PORT_SPAN = PORT_SPAN
 
 
 @dataclass(frozen=True)
@@ -172,7 +169,8 @@ def is_directive_safe(option: str) -> bool:
 
 def master_port_expr() -> str:
     """The bash arithmetic that derives MASTER_PORT from the job id."""
-    return f"$(( {MASTER_PORT_BASE} + SLURM_JOB_ID % {MASTER_PORT_SPAN} ))"
+    # The same number hpcjobs.distributed.master_port() gives Python code.
+    return f"$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))"
 
 
 def _plan(job: JobSpec, part: Partition, topology: Topology | None) -> BindingPlan | None:

@@ -50,7 +50,7 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
             if number == 0:
                 raise  # the job the user named: say so
             # A continuation that has not reached accounting yet.
-    interruptions = _interruptions(ref, histories) if ref else []
+    interruptions = _interruptions(ref) if ref else []
     stops = _stops_by_run(ref)
     final = ref.chain.final if ref else None
     if as_json:
@@ -105,35 +105,24 @@ def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
-def _interruptions(ref: ChainRef, histories: list[JobHistory]) -> list[dict[str, Any]]:
-    """Each stop of the chain, with sacct's end time for runs that died (node failures)."""
-    ends: dict[tuple[str, int], float] = {}
-    for item in histories:
-        for run in item.runs:
-            if run.end is not None:
-                ends[(item.job_id, run.index)] = run.end.timestamp()
-    out = []
-    for stop in ref.chain.interruptions():
-        ended = stop.ended_at
-        if stop.cause == "node_failure":
-            # Logged when the requeued run began; the failed run ended when sacct says.
-            restart = next((e.restart for e in ref.chain.events if e.time == stop.ended_at), 0)
-            ended = ends.get((stop.job_id, max(0, restart - 1)), ended)
-        latency = None if stop.resumed_at is None else max(0.0, stop.resumed_at - ended)
-        out.append(
-            {
-                "cause": stop.cause,
-                "job_id": stop.job_id,
-                "resumed_job_id": stop.resumed_job_id,
-                "checkpoint_at_stop": stop.checkpoint_at_stop,
-                "progress_at_stop": stop.progress_at_stop,
-                "resumed_from_step": stop.resumed_from,
-                "steps_lost": stop.steps_lost,
-                "resume_latency_s": None if latency is None else round(latency, 1),
-                "how": stop.how,
-            }
-        )
-    return out
+def _interruptions(ref: ChainRef) -> list[dict[str, Any]]:
+    """Each stop of the chain, as JSON-ready data."""
+    return [
+        {
+            "cause": stop.cause,
+            "job_id": stop.job_id,
+            "resumed_job_id": stop.resumed_job_id,
+            "checkpoint_at_stop": stop.checkpoint_at_stop,
+            "progress_at_stop": stop.progress_at_stop,
+            "resumed_from_step": stop.resumed_from,
+            "steps_lost": stop.steps_lost,
+            "resume_latency_s": (
+                None if stop.resume_latency is None else round(stop.resume_latency, 1)
+            ),
+            "how": stop.how,
+        }
+        for stop in ref.chain.interruptions()
+    ]
 
 
 def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]]) -> None:
@@ -177,12 +166,8 @@ def _stops_by_run(ref: ChainRef | None) -> dict[tuple[str, int], str]:
     for event in events:
         if event.event != "requeue":
             continue
-        if event.cause == "node_failure":
-            # Logged by the run Slurm restarted: it is about the run before.
-            stops[(event.job_id, max(0, event.restart - 1))] = "node failure (requeued by Slurm)"
-        else:
-            how = event.detail.split(" checkpoint=")[0]
-            stops[(event.job_id, event.restart)] = f"{event.cause.replace('_', ' ')} ({how})"
+        how = event.detail.split(" checkpoint=")[0]
+        stops[(event.job_id, event.stopped_run)] = f"{event.cause.replace('_', ' ')} ({how})"
     last = events[-1] if events else None
     if last is not None and last.event == "end":
         stops.setdefault((last.job_id, last.restart), f"{last.cause}: {last.detail}")

@@ -8,6 +8,7 @@ built in :mod:`hpcjobs.slurm.client` from the field lists defined here, so both 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -116,6 +117,19 @@ def _split(line: str, count: int, *, trailing: bool) -> list[str] | None:
     return parts if len(parts) == count else None
 
 
+def _records(
+    text: str, fields: tuple[str, ...], *, trailing: bool, what: str
+) -> Iterator[dict[str, str]]:
+    """One ``{field: value}`` per non-blank line of ``|``-separated output."""
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = _split(line, len(fields), trailing=trailing)
+        if parts is None:
+            raise ValueError(f"unexpected {what} line: {line!r}")
+        yield dict(zip(fields, parts, strict=True))
+
+
 def parse_squeue(text: str) -> list[QueueRow]:
     """Parse ``squeue -h -O`` output made with :data:`SQUEUE_FIELDS`.
 
@@ -123,13 +137,7 @@ def parse_squeue(text: str) -> list[QueueRow]:
         ValueError: a line does not have the expected fields.
     """
     rows = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = _split(line, len(SQUEUE_FIELDS), trailing=True)
-        if parts is None:
-            raise ValueError(f"unexpected squeue line: {line!r}")
-        f = dict(zip(SQUEUE_FIELDS, parts, strict=True))
+    for f in _records(text, SQUEUE_FIELDS, trailing=True, what="squeue"):
         rows.append(
             QueueRow(
                 job_id=f["JobArrayID"].strip(),
@@ -157,13 +165,7 @@ def parse_sacct(text: str) -> list[AcctRow]:
         ValueError: a line does not have the expected fields.
     """
     rows = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = _split(line, len(SACCT_FIELDS), trailing=False)
-        if parts is None:
-            raise ValueError(f"unexpected sacct line: {line!r}")
-        f = dict(zip(SACCT_FIELDS, parts, strict=True))
+    for f in _records(text, SACCT_FIELDS, trailing=False, what="sacct"):
         state, by = base_state(f["State"])
         code, sig = parse_exit_code(f["ExitCode"])
         derived, _ = parse_exit_code(f["DerivedExitCode"])

@@ -57,3 +57,15 @@ def test_note_progress(tmp_path: Path) -> None:
     ckpt.note_progress(42)
     assert ckpt.progress() == 42
     assert (tmp_path / "PROGRESS").read_text() == "42\n"
+
+
+def test_stopped_run_of_slurm_requeues() -> None:
+    """Logged by the run Slurm restarted, or by the stopping run itself: same stopped run."""
+    chain = parse_chain(
+        "1.0\t9\t0\tstart\t-\tcheckpoint=-1\n"
+        "2.0\t9\t0\trequeue\tnode_failure\trequeued by Slurm (restart 1) checkpoint=3\n"
+        "3.0\t9\t1\tstart\t-\tcheckpoint=3\n"
+        "4.0\t9\t2\trequeue\tpreemption\trequeued by Slurm (restart 2) checkpoint=5\n"
+        "5.0\t9\t2\trequeue\ttimeout\tcontinued as job 10 checkpoint=8\n"
+    )
+    assert [e.stopped_run for e in chain.events if e.event == "requeue"] == [0, 1, 2]

@@ -125,14 +125,20 @@ echo "4242;sandbox"
 }
 
 
-def _bash_cause_and_run(
-    tmp_path: Path, case: Case, *, signal: str, preempt: bool, time_left: str
-) -> tuple[int, list[list[str]], str]:
+def _stub_bin(tmp_path: Path) -> Path:
+    """A folder with the stand-ins for scontrol, squeue, sbatch and sacct."""
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     for name, body in STUBS.items():
         (bindir / name).write_text(body)
         (bindir / name).chmod(0o755)
+    return bindir
+
+
+def _bash_cause_and_run(
+    tmp_path: Path, case: Case, *, signal: str, preempt: bool, time_left: str
+) -> tuple[int, list[list[str]], str]:
+    bindir = _stub_bin(tmp_path)
     run_dir = tmp_path / "run"
     ckpt = run_dir / "ckpt"
     ckpt.mkdir(parents=True, exist_ok=True)
@@ -250,11 +256,7 @@ def test_bash_begin_counts_slurm_requeue_as_node_failure(tmp_path: Path) -> None
 def test_bash_cancelled_job_is_not_marked_done(tmp_path: Path) -> None:
     """scancel: the program exits 0 on SIGTERM before the batch shell hears of it."""
     case = Case("cancel seen only by the steps", Cause.NONE, 0, Action.FAIL)
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for name, body in STUBS.items():
-        (bindir / name).write_text(body)
-        (bindir / name).chmod(0o755)
+    bindir = _stub_bin(tmp_path)
     run_dir = tmp_path / "run"
     (run_dir / "ckpt").mkdir(parents=True)
     env = {
@@ -309,11 +311,7 @@ def test_bash_seconds() -> None:
 
 
 def _library_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    bindir = tmp_path / "bin"
-    bindir.mkdir(exist_ok=True)
-    for name, body in STUBS.items():
-        (bindir / name).write_text(body)
-        (bindir / name).chmod(0o755)
+    bindir = _stub_bin(tmp_path)
     run_dir = tmp_path / "run"
     (run_dir / "ckpt").mkdir(parents=True, exist_ok=True)
     return {
