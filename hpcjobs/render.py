@@ -8,6 +8,7 @@ whose text is made of characters sbatch's directive parser treats literally (see
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from hpcjobs.config.models import Partition, SiteConfig, Topology
 from hpcjobs.distributed import PORT_BASE, PORT_SPAN
 from hpcjobs.errors import BadInputError
 from hpcjobs.jobspec import JobSpec, Where, resolve_spec
+from hpcjobs.runfolder import ENV_FINGERPRINT, ENV_RUN_FILE, RUN_FILE, fingerprint, run_identity
 from hpcjobs.sbatchopts import check_sbatch_options
 from hpcjobs.templating import (
     BLOCKS,
@@ -44,6 +46,8 @@ class RenderedJob:
 
     ``sbatch_args`` holds options only: run ``sbatch [--parsable] *sbatch_args SCRIPT``.
     ``blocks`` maps each block (and ``main``) to the template file that served it.
+    ``identity`` is what makes this run the same run (:func:`hpcjobs.runfolder.run_identity`);
+    its fingerprint is in the script, and the checkpoint folder's RUN file must match it.
     """
 
     script: str
@@ -54,6 +58,7 @@ class RenderedJob:
     blocks: dict[str, str]
     binding: BindingPlan | None = None
     env: list[EnvVar] = field(default_factory=list)
+    identity: dict[str, Any] = field(default_factory=dict)
 
     def sbatch_argv(self, script_path: str | Path, *, parsable: bool = True) -> list[str]:
         """The full command line that submits this job from ``script_path``."""
@@ -105,7 +110,13 @@ def render_job(
     main = f"{job.template}.sh.j2"
     sources = {"main": find_template(main, dirs)}
     sources.update({block: find_template(block_file(block), dirs) for block in BLOCKS})
-    context = _context(job, site, part, plan, tuning, args, topology)
+    identity = run_identity(
+        job.command,
+        job.env,
+        job.container.model_dump() if job.container else None,
+        job.chdir or _submit_dir(where),
+    )
+    context = _context(job, site, part, plan, tuning, args, topology, fingerprint(identity))
     if array_task_checkpoints and job.array:
         context["hpcjobs_env"] = _per_task_checkpoints(context["hpcjobs_env"])
     script = render_template(make_environment(dirs), main, context)
@@ -118,7 +129,17 @@ def render_job(
         blocks={name: str(src.path) for name, src in sources.items() if src is not None},
         binding=plan,
         env=tuning,
+        identity=identity,
     )
+
+
+def _submit_dir(where: Where | None) -> str:
+    """The folder a job without ``--chdir`` runs in: where it is submitted from."""
+    if where is not None and where.cwd is not None:
+        return str(where.cwd)
+    if where is not None and where.home:
+        return where.home
+    return os.getcwd()
 
 
 def sbatch_args(job: JobSpec, part: Partition, extra: list[str]) -> list[str]:
@@ -193,6 +214,7 @@ def _context(
     tuning: list[EnvVar],
     args: list[str],
     topology: Topology | None,
+    run_print: str,
 ) -> dict[str, Any]:
     tuned = {var.name: var for var in tuning}
     user_env = [
@@ -202,6 +224,8 @@ def _context(
         EnvVar("HPCJOBS_RUN_DIR", job.output_dir or "", "hpcjobs"),
         EnvVar("HPCJOBS_CHECKPOINT_DIR", job.checkpoint_dir or "", "hpcjobs"),
         EnvVar("HPCJOBS_SIGNAL", job.requeue.signal or "", "hpcjobs"),
+        EnvVar(ENV_FINGERPRINT, run_print, "hpcjobs"),
+        EnvVar(ENV_RUN_FILE, f"{job.checkpoint_dir}/{RUN_FILE}", "hpcjobs"),
     ]
     per_rank_nics = bool(
         plan is not None

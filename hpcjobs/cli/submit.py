@@ -20,6 +20,7 @@ from hpcjobs.errors import BadInputError, HpcJobsError
 
 if TYPE_CHECKING:
     from hpcjobs.records import FileStore
+    from hpcjobs.runfolder import Prepared
     from hpcjobs.runner import Runner
 
 _LAUNCHERS = ("srun", "torchrun", "none")
@@ -131,6 +132,18 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
     help="Follow the job (and its continuations) to the end; exit 0 if it completed, "
     "1 if not, 130 on Ctrl-C (the job keeps running).",
 )
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start this run over: a checkpoint folder left by an earlier run is renamed aside "
+    "(never deleted) and the job starts from scratch.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue from the checkpoints in the folder even though another command (or an "
+    "older hpcjobs) wrote them; a finished run's done marker is set aside.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the submission as JSON.")
 @host_option
 @click.pass_context
@@ -140,6 +153,8 @@ def submit(
     dry_run: bool,
     after: tuple[str, ...],
     wait: bool,
+    fresh: bool,
+    resume: bool,
     as_json: bool,
     host: str | None,
     **fields: Any,
@@ -157,15 +172,37 @@ def submit(
     signal to the program, and continues the job from its last checkpoint after preemption,
     a timeout or a node failure (docs/requeue.md). Prints the job id, or with --json
     {"job_id": ..., "job_ids": [...], "script": ..., "record": ..., "token": ...}.
+
+    A run is its command, arguments, job variables, container and working directory. The
+    same run submitted again continues from its newest checkpoint (or, if it already
+    finished, exits at once); a different run never picks up another's checkpoint folder:
+    submit refuses, and --fresh or --resume say what to do (docs/requeue.md, "Which run").
     """
+    if fresh and resume:
+        raise BadInputError(
+            "--fresh and --resume contradict each other",
+            hint="--fresh starts over, --resume continues from the folder's checkpoints",
+        )
+    reuse = "fresh" if fresh else "resume" if resume else None
     site = _load_site(ctx, host)
     runner = make_runner(host, site) if host and not dry_run else None
     where = _remote_where(runner) if runner is not None else None
     rendered = _render(ctx, fields, site=site, where=where)
     if dry_run:
+        if host is None:
+            _check_run_folder(rendered, None, None, reuse, dry_run=True)
         _print_dry_run(rendered)
         return
-    _submit(ctx, rendered, runner=runner, host=host, after=list(after), wait=wait, as_json=as_json)
+    _submit(
+        ctx,
+        rendered,
+        runner=runner,
+        host=host,
+        after=list(after),
+        wait=wait,
+        as_json=as_json,
+        reuse=reuse,
+    )
 
 
 @click.command("render", context_settings=_SETTINGS)
@@ -191,7 +228,7 @@ def _render(
     template_dirs: tuple[Path, ...] = fields.pop("template_dir")
     file_data = load_job_file(job_file) if job_file else None
     data = merge_job_data(file_data, flags_to_fields(fields))
-    spec = parse_spec(data, source=str(job_file) if job_file else "flags")
+    spec = parse_spec(data, source=str(job_file) if job_file else "the command line")
     if site is None:
         site = load_site((ctx.obj or {}).get("site"))
     return render_job(spec, site, template_dirs=list(template_dirs) or None, where=where)
@@ -335,6 +372,7 @@ def _submit(
     after: list[str],
     wait: bool,
     as_json: bool,
+    reuse: str | None,
 ) -> None:
     import json
 
@@ -345,9 +383,16 @@ def _submit(
     runner = runner or LocalRunner()
     client = make_client(runner)
     files = cast("FileStore", runner) if host else None  # SshRunner writes over SFTP
+    prepared = _check_run_folder(rendered, runner, files, reuse, dry_run=False)
     result = submit_rendered(rendered, client=client, after=after or None, files=files, host=host)
     if as_json:
-        data = {**result.to_dict(), "output_dir": str(rendered.output_dir), "host": host}
+        data = {
+            **result.to_dict(),
+            "output_dir": str(rendered.output_dir),
+            "host": host,
+            "checkpoint_dir": prepared.path,
+            "run": {"action": prepared.action, "set_aside": prepared.set_aside},
+        }
         click.echo(json.dumps(data, indent=2, default=str))
     else:
         for job_id in result.job_ids:
@@ -378,6 +423,29 @@ def _submit(
         click.echo("Stopped following; the job keeps running.", err=True)
         ctx.exit(130)
     ctx.exit(outcome.exit_code)
+
+
+def _check_run_folder(
+    rendered: Any, runner: Runner | None, files: FileStore | None, reuse: Any, *, dry_run: bool
+) -> Prepared:
+    """Claim the checkpoint folder for this run, or stop if it belongs to another one."""
+    from hpcjobs.records import LocalFiles
+    from hpcjobs.runfolder import prepare_run_folder
+    from hpcjobs.runner import LocalRunner
+
+    prepared = prepare_run_folder(
+        runner or LocalRunner(),
+        files or LocalFiles(),
+        str(rendered.spec.checkpoint_dir),
+        rendered.identity,
+        reuse=reuse,
+        dry_run=dry_run,
+        job_name=rendered.spec.name,
+    )
+    note = prepared.note()
+    if note:
+        click.echo(f"Note: {note}", err=True)
+    return prepared
 
 
 def _now() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,23 @@ from hpcjobs.config.problems import KeyPath, Problem, Severity, dotted
 MAX_BYTES = 4 * 1024 * 1024
 #: Stop recording key lines after this many nodes (guards against alias bombs).
 MAX_NODES = 200_000
+
+#: YAML 1.1 reads ``5:00`` as the base-60 integer 300 and ``1:30:00.5`` as a float. In a job file
+#: or site config a value with colons is always a Slurm time (or a port list, a CPU range, ...),
+#: never arithmetic, so such plain scalars stay text: ``time: 5:00`` means five minutes.
+_SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
+
+
+class TextTimesLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` without YAML 1.1's base-60 numbers (they load as strings)."""
+
+
+TextTimesLoader.yaml_implicit_resolvers = {
+    first: [("tag:yaml.org,2002:str", _SEXAGESIMAL), *resolvers]
+    if first in "+-0123456789"
+    else list(resolvers)
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 @dataclass
@@ -89,7 +107,7 @@ def read_yaml_file(path: Path, *, source: str | None = None) -> YamlDoc:
 def parse_yaml_text(text: str, *, source: str) -> YamlDoc:
     """Parse YAML text that should hold one mapping. Problems are recorded, never raised."""
     doc = YamlDoc(source)
-    loader = yaml.SafeLoader(text)
+    loader = TextTimesLoader(text)
     try:
         node = loader.get_single_node()
         if node is not None:

@@ -37,8 +37,10 @@ CASES = [(site, job) for site in SITES for job in JOBS]
 
 @pytest.fixture(autouse=True)
 def _fixed_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Renders depend on HOME (output dirs); pin it and keep user config out."""
+    """Renders depend on HOME (output dirs) and the working directory (the run's identity);
+    pin them and keep user config out."""
     monkeypatch.setenv("HOME", "/home/user")
+    monkeypatch.chdir("/")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 

@@ -25,8 +25,9 @@ source /etc/profile.d/dgx-site.sh
 export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/sweep
 export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/sweep/checkpoints/task-"${HPCJOBS_ARRAY_TASK_ID:-${SLURM_ARRAY_TASK_ID:-0}}"
 export HPCJOBS_SIGNAL=USR2
+export HPCJOBS_RUN_FINGERPRINT=0a6201383df6fb47a578
+export HPCJOBS_RUN_FILE=/home/user/hpcjobs/runs/sweep/checkpoints/RUN
 export PYTHONUNBUFFERED=1  # hpcjobs: logs reach the output file as they are written
-(umask 077 && mkdir -p "$HPCJOBS_CHECKPOINT_DIR")
 
 # --- NCCL / UCX / Gloo tuning (origin after each value) ---
 export NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1'  # topology dgx-h100
@@ -197,7 +198,9 @@ HPCJOBS_SBATCH_ARGS=(--job-name=sweep --partition=batch --nodes=1 --ntasks-per-n
 #     (same job id, SLURM_RESTART_COUNT+1); the event log records it and budgets apply.
 # The policy mirrors hpcjobs.requeue.decide(); keep the two in step.
 # Inputs: HPCJOBS_RUN_DIR (shared folder for the event log), HPCJOBS_CHAIN_ROOT (set only
-#         for continuations), HPCJOBS_CHECKPOINT_DIR, HPCJOBS_SIGNAL_LEAD (s),
+#         for continuations), HPCJOBS_CHECKPOINT_DIR, HPCJOBS_RUN_FINGERPRINT and
+#         HPCJOBS_RUN_FILE (the run this job is, and the file naming the run that owns the
+#         checkpoint folder; see hpcjobs.runfolder), HPCJOBS_SIGNAL_LEAD (s),
 #         HPCJOBS_MAX_REQUEUE_{PREEMPTION,TIMEOUT,NODE_FAILURE,APPLICATION}, HPCJOBS_MAX_REQUEUES
 #         (total, empty = no limit), and the array HPCJOBS_SBATCH_ARGS (this job's sbatch options).
 
@@ -293,10 +296,43 @@ hpcjobs_set_aside_stale() {
     fi
 }
 
+# hpcjobs_check_checkpoint_dir: the checkpoint folder can be created and written, and belongs
+# to this run. Ends the chain (the command never starts) when it cannot be used or when another
+# run has taken it over since this job was submitted.
+hpcjobs_check_checkpoint_dir() {
+    local err owner tmp
+    if ! err=$( (umask 077 && mkdir -p -- "$HPCJOBS_CHECKPOINT_DIR") 2>&1) ||
+        [[ ! -w $HPCJOBS_CHECKPOINT_DIR ]]; then
+        err=${err:-not writable}
+        err=${err//[$'\t\n']/ }
+        hpcjobs_event end fail "checkpoint folder unusable: $HPCJOBS_CHECKPOINT_DIR: $err"
+        hpcjobs_log "cannot use the checkpoint folder $HPCJOBS_CHECKPOINT_DIR ($err); the command was not started"
+        exit 1
+    fi
+    [[ -n ${HPCJOBS_RUN_FINGERPRINT:-} && -n ${HPCJOBS_RUN_FILE:-} ]] || return 0
+    if [[ -f $HPCJOBS_RUN_FILE ]]; then
+        owner=$(sed -n 's/.*"fingerprint": *"\([0-9a-f]*\)".*/\1/p' "$HPCJOBS_RUN_FILE" 2>/dev/null)
+        if [[ $owner != "$HPCJOBS_RUN_FINGERPRINT" ]]; then
+            hpcjobs_event end fail "checkpoint folder owned by another run: $HPCJOBS_RUN_FILE names run ${owner:-?}, this job is run $HPCJOBS_RUN_FINGERPRINT"
+            hpcjobs_log "the checkpoint folder now belongs to another run ($HPCJOBS_RUN_FILE); the command was not started"
+            exit 1
+        fi
+        return 0
+    fi
+    # Submitted without 'hpcjobs submit' (sbatch job.sh): claim the folder for this run.
+    tmp="$HPCJOBS_RUN_FILE.tmp-$$"
+    if (umask 077 && printf '{"claimed_by_job": "%s", "fingerprint": "%s", "format": 1}\n' \
+        "$(hpcjobs_self_id)" "$HPCJOBS_RUN_FINGERPRINT" >"$tmp") 2>/dev/null; then
+        mv -f "$tmp" "$HPCJOBS_RUN_FILE"
+    else
+        hpcjobs_log "could not write $HPCJOBS_RUN_FILE"
+    fi
+}
+
 # hpcjobs_begin: call once at the top of the job, before the workload starts.
 # Exits the job when it is already finished or out of budget.
 hpcjobs_begin() {
-    mkdir -p "$HPCJOBS_RUN_DIR" "$HPCJOBS_CHECKPOINT_DIR"
+    mkdir -p "$HPCJOBS_RUN_DIR"
     # A continuation carries its chain's root; anything else starts a chain of its own.
     local self
     self=$(hpcjobs_self_id)
@@ -308,6 +344,7 @@ hpcjobs_begin() {
     if [[ $HPCJOBS_CHAIN_ROOT == "$self" ]] && ((${SLURM_RESTART_COUNT:-0} == 0)); then
         hpcjobs_set_aside_stale
     fi
+    hpcjobs_check_checkpoint_dir
     if ((${SLURM_RESTART_COUNT:-0} > 0)) && ! hpcjobs_is_done; then
         hpcjobs_after_slurm_requeue
     fi

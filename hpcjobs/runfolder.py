@@ -1,0 +1,306 @@
+"""Which run a checkpoint folder belongs to, so that a new submission is never taken for an old one.
+
+A job resumes from whatever complete checkpoint its folder holds, and a done marker there makes
+every later run exit at once. That is right for the *same* run submitted again (it continues, or
+stops because it already finished), and wrong for a different one that happens to get the same
+folder: by default the folder is ``<output dir>/checkpoints`` and the output dir is named after
+the job, so every ``python X.py`` job, or every resubmission with the same ``-J`` and new
+arguments, would share it.
+
+So each checkpoint folder carries a ``RUN`` file naming the run that owns it: a fingerprint of
+what makes a run that run (:func:`run_identity`: the command with its arguments, the job's own
+environment variables, the container, the working directory). Resources are not part of it: the
+same run may continue on more or fewer nodes. At submit time :func:`prepare_run_folder` compares
+the folder's owner with the new job:
+
+* empty or missing folder: it is created (mode 0700) and claimed;
+* the same fingerprint: the run continues from its newest checkpoint; if it already finished
+  (a ``DONE`` marker), the job will exit at once, and the caller is told so;
+* another fingerprint, or checkpoints of unknown origin: refused (exit 2) unless the user says
+  ``fresh`` (the old folder is renamed aside, never deleted, and a new one is started) or
+  ``resume`` (the new command takes over the folder and continues from its checkpoints; a done
+  marker of the folder itself is set aside so that the run goes on).
+
+The batch script checks the same file at the start of every run (``HPCJOBS_RUN_FINGERPRINT``
+against ``HPCJOBS_RUN_FILE``), so a folder taken over while a job was pending stops that job
+instead of letting two runs write into one folder.
+
+Everything goes through the runner (``mkdir``, ``ls``, ``cat``, ``mv``) and the file store, so it
+works the same on this machine and on a login node over SSH.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from hpcjobs.checkpoint import DONE
+from hpcjobs.errors import BadInputError, HpcJobsError
+from hpcjobs.runner import Result, Runner
+
+#: The file in a checkpoint folder that names the run owning it.
+RUN_FILE = "RUN"
+#: Variables the batch script exports: the job's fingerprint, and the RUN file it must match.
+ENV_FINGERPRINT = "HPCJOBS_RUN_FINGERPRINT"
+ENV_RUN_FILE = "HPCJOBS_RUN_FILE"
+RUN_FORMAT = 1
+
+#: What to do with a checkpoint folder that belongs to another run.
+Reuse = Literal["fresh", "resume"]
+
+_FLAGS = (
+    "--fresh (start over; the old folder is kept under a new name) "
+    "or --resume (continue from its checkpoints)"
+)
+
+
+def run_identity(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    container: Mapping[str, Any] | None,
+    workdir: str,
+) -> dict[str, Any]:
+    """What makes a run the same run: command, job variables, container, working directory."""
+    return {
+        "command": list(command),
+        "env": dict(sorted(env.items())),
+        "container": dict(container) if container else None,
+        "workdir": workdir,
+    }
+
+
+def fingerprint(identity: Mapping[str, Any]) -> str:
+    """A short, stable digest of :func:`run_identity`."""
+    body = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class FolderState:
+    """What a checkpoint folder holds, as seen from the submit host."""
+
+    path: str
+    exists: bool
+    entries: tuple[str, ...] = ()
+    owner: dict[str, Any] | None = None
+
+    @property
+    def done(self) -> bool:
+        return DONE in self.entries
+
+    @property
+    def has_work(self) -> bool:
+        """Checkpoints, progress or a done marker: something a job would act on."""
+        return any(name != RUN_FILE and not name.startswith(".") for name in self.entries)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What :func:`prepare_run_folder` decided (and did, unless it was a dry run)."""
+
+    path: str
+    action: Literal["new", "continue", "finished", "fresh", "resume"]
+    set_aside: str | None = None
+
+    def note(self) -> str | None:
+        """A line for the user, when the decision is worth knowing about."""
+        if self.action == "finished":
+            return (
+                f"this run already finished (done marker in {self.path}): the job will exit "
+                "at once without running the command; pass --fresh to run it again from scratch"
+            )
+        if self.action == "continue":
+            return f"continuing this run from its checkpoints in {self.path}"
+        if self.action == "fresh":
+            return f"started over: the old checkpoint folder is now {self.set_aside}"
+        if self.action == "resume":
+            aside = f" (its done marker is now {self.set_aside})" if self.set_aside else ""
+            return f"this job takes over the checkpoint folder {self.path}{aside}"
+        return None
+
+
+def inspect_folder(runner: Runner, path: str) -> FolderState:
+    """Read the folder's entries and its RUN file (through ``runner``).
+
+    Raises:
+        BadInputError: the path exists but is not a readable folder.
+    """
+    if not runner.run(["test", "-d", path], check=False, timeout=60).ok:
+        if not runner.run(["test", "-e", path], check=False, timeout=60).ok:
+            return FolderState(path, exists=False)
+        raise _unusable(path, "it exists and is not a folder")
+    listing = runner.run(["ls", "-A1", "--", path], check=False, timeout=60)
+    if not listing.ok:
+        raise _unusable(path, _first_line(listing.stderr))
+    entries = tuple(line for line in listing.stdout.split("\n") if line)
+    owner = None
+    if RUN_FILE in entries:
+        text = runner.run(["cat", "--", _join(path, RUN_FILE)], check=False, timeout=60)
+        owner = _parse_owner(text.stdout) if text.ok else None
+        if owner is None:
+            owner = {}
+    return FolderState(path, exists=True, entries=entries, owner=owner)
+
+
+def decide(state: FolderState, print_: str, reuse: Reuse | None) -> Prepared:
+    """The decision for a folder (pure logic; see the module docstring).
+
+    Raises:
+        BadInputError: the folder belongs to another run and ``reuse`` is not given.
+    """
+    path = state.path
+    if not state.exists or not state.has_work:
+        return Prepared(path, "new")  # nothing to resume from or stop at: claim it
+    if reuse == "fresh":
+        return Prepared(path, "fresh")
+    owner_print = (state.owner or {}).get("fingerprint")
+    if owner_print == print_:
+        if reuse == "resume" and state.done:
+            return Prepared(path, "resume")
+        return Prepared(path, "finished" if state.done else "continue")
+    if reuse == "resume":
+        return Prepared(path, "resume")
+    if owner_print:
+        raise BadInputError(
+            f"checkpoint folder {path} belongs to another run: {_describe(state.owner or {})}",
+            hint=f"this job would resume from (or stop at) that run's checkpoints; pass {_FLAGS}, "
+            "or give this run its own folder with -J NAME or --checkpoint-dir DIR",
+        )
+    shown = [name for name in state.entries if name != RUN_FILE]
+    raise BadInputError(
+        f"checkpoint folder {path} holds checkpoints of an unknown earlier run "
+        f"({', '.join(shown[:5])}{', ...' if len(shown) > 5 else ''})",
+        hint=f"pass {_FLAGS}, or give this run its own folder with -J NAME or --checkpoint-dir DIR",
+    )
+
+
+def prepare_run_folder(
+    runner: Runner,
+    files: Any,
+    path: str,
+    identity: Mapping[str, Any],
+    *,
+    reuse: Reuse | None = None,
+    dry_run: bool = False,
+    job_name: str | None = None,
+    now: datetime | None = None,
+) -> Prepared:
+    """Check the checkpoint folder against this run and claim it (unless ``dry_run``).
+
+    Args:
+        runner: runs ``ls``/``cat``/``mkdir``/``mv`` where the job is submitted.
+        files: a :class:`hpcjobs.records.FileStore` there, to write the RUN file.
+        path: the checkpoint folder (absolute, as the job sees it).
+        identity: :func:`run_identity` of the new job.
+        reuse: what to do with a folder of another run: ``fresh`` or ``resume``.
+        dry_run: only decide; change nothing.
+
+    Raises:
+        BadInputError: the folder belongs to another run, or cannot be created or written.
+    """
+    print_ = fingerprint(identity)
+    decision = decide(inspect_folder(runner, path), print_, reuse)
+    if dry_run:
+        return decision
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    set_aside = None
+    if decision.action == "fresh":
+        set_aside = f"{path.rstrip('/')}.old-{stamp}"
+        _move(runner, path, set_aside)
+    elif decision.action == "resume":
+        state = inspect_folder(runner, path)
+        if state.done:
+            set_aside = _join(path, f"{DONE}.old-{stamp}")
+            _move(runner, _join(path, DONE), set_aside)
+    _make_folder(runner, path)
+    if decision.action != "continue" and decision.action != "finished":
+        record = {
+            "format": RUN_FORMAT,
+            "fingerprint": print_,
+            "job_name": job_name,
+            "claimed": stamp,
+            **identity,
+        }
+        try:
+            files.write_text(_join(path, RUN_FILE), json.dumps(record, sort_keys=True) + "\n")
+        except OSError as exc:
+            raise _unusable(path, exc.strerror or str(exc)) from exc
+    return Prepared(path, decision.action, set_aside)
+
+
+def _make_folder(runner: Runner, path: str) -> None:
+    made = runner.run(["mkdir", "-p", "-m", "700", "--", path], check=False, timeout=60)
+    if not made.ok:
+        raise _unusable(path, _first_line(made.stderr))
+    writable = runner.run(["test", "-w", path], check=False, timeout=60)
+    if not writable.ok:
+        raise _unusable(path, "not writable")
+
+
+def _move(runner: Runner, source: str, target: str) -> None:
+    moved = runner.run(["mv", "-n", "-T", "--", source, target], check=False, timeout=60)
+    if moved.ok and runner.run(["test", "-e", source], check=False, timeout=60).ok:
+        moved = Result(moved.argv, 1, moved.stdout, f"{target} exists already")
+    if not moved.ok:
+        raise BadInputError(
+            f"cannot set {source} aside as {target}: {_first_line(moved.stderr)}",
+            hint="move it yourself, or choose another --checkpoint-dir",
+        )
+
+
+def _unusable(path: str, reason: str) -> HpcJobsError:
+    return BadInputError(
+        f"cannot use checkpoint folder {path}: {reason}",
+        hint="choose a --checkpoint-dir on a shared file system that you can write to",
+    )
+
+
+def _parse_owner(text: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _describe(owner: Mapping[str, Any]) -> str:
+    command = owner.get("command")
+    text = shlex.join(str(c) for c in command) if isinstance(command, list) else "?"
+    if len(text) > 120:
+        text = text[:117] + "..."
+    parts = [f"'{text}'"]
+    if owner.get("workdir"):
+        parts.append(f"in {owner['workdir']}")
+    if owner.get("claimed"):
+        parts.append(f"since {owner['claimed']}")
+    return " ".join(parts)
+
+
+def _join(folder: str, name: str) -> str:
+    return posixpath.join(folder, name)
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.strip().split("\n") if line.strip()]
+    return lines[0].strip() if lines else "failed"
+
+
+__all__ = [
+    "ENV_FINGERPRINT",
+    "ENV_RUN_FILE",
+    "RUN_FILE",
+    "FolderState",
+    "Prepared",
+    "Reuse",
+    "decide",
+    "fingerprint",
+    "inspect_folder",
+    "prepare_run_folder",
+    "run_identity",
+]
