@@ -36,6 +36,9 @@ REQUEUE_CAUSES = ("preemption", "timeout", "node_failure", "application")
 #: Slurm's limit on the ``--signal`` lead time, in seconds.
 MAX_SIGNAL_LEAD = 65535
 
+#: How much earlier than its lead Slurm may send the warning signal (sbatch(1), --signal).
+SIGNAL_EARLY_S = 60
+
 log = logging.getLogger(__name__)
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -215,12 +218,14 @@ def parse_spec(data: Mapping[str, Any], *, source: str = "job") -> JobSpec:
     Raises:
         BadInputError: A field is unknown or has a bad value; the message names every one.
     """
+    flag_keys = data.flag_keys if isinstance(data, JobData) and data.from_file else frozenset()
     try:
         return JobSpec.model_validate(dict(data))
     except ValidationError as exc:
         raise BadInputError(
-            f"invalid job spec in {source}:\n" + _format_errors(exc),
-            hint="see 'hpcjobs submit --help' for the fields and their syntax",
+            f"invalid job spec in {source}:\n" + _format_errors(exc, flag_keys),
+            hint="see 'hpcjobs submit --help' for the fields and their syntax, and "
+            "docs/templates.md for the job file",
         ) from None
 
 
@@ -232,31 +237,54 @@ def load_job_file(path: Path) -> dict[str, Any]:
     """
     from hpcjobs.config.yamlfile import read_yaml_file
 
+    if not path.exists():
+        where = "" if path.is_absolute() else f" in {Path.cwd()}"
+        raise BadInputError(
+            f"job file {path} does not exist{where}",
+            hint="check the path given to -f/--file, or give the job as flags: "
+            "hpcjobs submit -N 2 -- python train.py",
+        )
     doc = read_yaml_file(path, source=str(path))
     errors = [p for p in doc.problems if p.is_error]
     if errors:
         raise BadInputError(
-            f"cannot read job file {path}:\n" + "\n".join(f"  {p.format()}" for p in errors)
+            f"cannot read job file {path}:\n" + "\n".join(f"  {p.format()}" for p in errors),
+            hint="a job file is a YAML mapping of job fields, for example 'nodes: 2' and "
+            "'command: [python, train.py]' (see docs/templates.md)",
         )
     data: dict[str, Any] = doc.data
     return data
 
 
-def merge_job_data(file_data: Mapping[str, Any] | None, flags: Mapping[str, Any]) -> dict[str, Any]:
+class JobData(dict[str, Any]):
+    """Job fields merged from a job file and flags, remembering which ones the flags set, so
+    that an error in a flag's value is not blamed on the file."""
+
+    def __init__(
+        self, data: Mapping[str, Any], *, flag_keys: frozenset[str], from_file: bool
+    ) -> None:
+        super().__init__(data)
+        self.flag_keys = flag_keys
+        self.from_file = from_file
+
+
+def merge_job_data(file_data: Mapping[str, Any] | None, flags: Mapping[str, Any]) -> JobData:
     """Lay flags over a job file: a flag that was given replaces the file's value.
 
     ``env`` merges key by key, and ``requeue`` field by field; ``None`` flags are ignored.
     """
     merged: dict[str, Any] = dict(file_data or {})
+    given: set[str] = set()
     for key, value in flags.items():
         if value is None:
             continue
+        given.add(key)
         if key in ("env", "requeue") and isinstance(value, Mapping):
             base = merged.get(key)
             merged[key] = {**(base if isinstance(base, Mapping) else {}), **value}
         else:
             merged[key] = value
-    return merged
+    return JobData(merged, flag_keys=frozenset(given), from_file=file_data is not None)
 
 
 def parse_signal_option(value: str) -> dict[str, Any]:
@@ -289,7 +317,10 @@ def parse_env_options(items: Sequence[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise BadInputError(f"--env {item!r} is not of the form NAME=VALUE")
+            raise BadInputError(
+                f"--env {item!r} is not of the form NAME=VALUE",
+                hint="for example --env OMP_NUM_THREADS=4 (an empty value is --env NAME=)",
+            )
         env[key] = value
     return env
 
@@ -446,8 +477,7 @@ def _resolve_requeue(policy: RequeuePolicy, site: SiteConfig, time_s: int | None
         raise BadInputError(
             f"the warning signal would come {lead} s before the end, but the job only runs "
             f"{time_s} s",
-            hint=f"ask for more time, or a shorter lead time such as --signal {signal}@"
-            f"{max(1, time_s // 4)}",
+            hint=_short_time_hint(signal, lead, time_s),
         )
     if signal == "USR1":
         log.warning("NCCL installs its own SIGUSR1 handler; USR2 is the safer warning signal")
@@ -461,6 +491,30 @@ def _resolve_requeue(policy: RequeuePolicy, site: SiteConfig, time_s: int | None
         max_requeues=budget,
         max_total=policy.max_total,
     )
+
+
+def _short_time_hint(signal: str, lead: int, time_s: int) -> str:
+    """What to do when the time limit is not longer than the lead (docs/requeue.md, Signals).
+
+    Slurm may send the warning up to :data:`SIGNAL_EARLY_S` before the lead, so the job needs
+    more than ``lead + 60`` s; a lead should be at least the checkpoint time + 60 s.
+    """
+    from hpcjobs.config.slurmtime import format_slurm_time
+
+    # A minute of work before the earliest signal, in whole minutes (Slurm's resolution).
+    example = -(-(lead + 2 * SIGNAL_EARLY_S) // 60) * 60
+    hint = (
+        f"ask for more time: Slurm may send the warning up to {SIGNAL_EARLY_S} s earlier than "
+        f"the {lead} s lead, so the job needs more than {lead + SIGNAL_EARLY_S} s, for example "
+        f"-t {format_slurm_time(example)}"
+    )
+    shorter = time_s - 2 * SIGNAL_EARLY_S
+    if shorter >= SIGNAL_EARLY_S:
+        hint += (
+            f"; or a shorter lead such as --signal {signal}@{shorter}, if checkpointing takes "
+            f"less than {shorter - SIGNAL_EARLY_S} s"
+        )
+    return hint
 
 
 def _output_dir(
@@ -506,15 +560,26 @@ def _user() -> str:
         return os.environ.get("USER", "user")
 
 
-def _format_errors(exc: ValidationError) -> str:
+def _format_errors(exc: ValidationError, flag_keys: frozenset[str] = frozenset()) -> str:
+    from hpcjobs.config.problems import unknown_key
+    from hpcjobs.config.validate import fields_at
+
     lines = []
     for error in exc.errors():
-        where = _dotted(error.get("loc", ()))
+        loc = tuple(error.get("loc", ()))
+        where = _dotted(loc)
         message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
-        if error.get("type") == "extra_forbidden":
-            message = "unknown field"
+        if error.get("type") == "extra_forbidden" and loc:
+            parents = tuple(p for p in loc[:-1] if not _is_tag(p))
+            message = unknown_key(str(loc[-1]), fields_at(JobSpec, parents), noun="field")
+        if loc and loc[0] in flag_keys:
+            where += " (command line)"
         lines.append(f"  {where}: {message}" if where else f"  {message}")
     return "\n".join(lines)
+
+
+def _is_tag(part: int | str) -> bool:
+    return str(part).startswith(("function-", "constrained-"))
 
 
 def _dotted(loc: Sequence[int | str]) -> str:
@@ -522,7 +587,7 @@ def _dotted(loc: Sequence[int | str]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif not str(part).startswith(("function-", "constrained-")):
+        elif not _is_tag(part):
             out += f".{part}" if out else str(part)
     return out
 
@@ -531,6 +596,7 @@ __all__ = [
     "LAUNCHERS",
     "MANAGED_ENV",
     "ContainerSpec",
+    "JobData",
     "JobSpec",
     "Launcher",
     "RequeuePolicy",

@@ -48,6 +48,15 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+_FIX_TEMPLATE = (
+    "fix the template; 'hpcjobs template list' shows which file serves each template and block"
+)
+_NO_CONTROL = (
+    "remove the newline, tab or escape character from that value (in the job spec, flags or "
+    "site config); values must be single lines"
+)
+
+
 class Raw(str):
     """Text that goes into the script unquoted (admin-written shell)."""
 
@@ -116,12 +125,14 @@ def quote(value: Any) -> str:
         return str(value)
     if isinstance(value, bool):
         raise TemplateError(
-            f"a template printed the boolean {value!r}; use it in an {{% if %}} instead"
+            f"a template printed the boolean {value!r}; use it in an {{% if %}} instead",
+            hint=_FIX_TEMPLATE,
         )
     text = str(value)
     if _ANY_CONTROL.search(text):
         raise TemplateError(
-            f"refusing to put a value with control characters in a script: {text!r}"
+            f"refusing to put a value with control characters in a script: {text!r}",
+            hint=_NO_CONTROL,
         )
     quoted = shlex.quote(text)
     if quoted.startswith("="):  # bash takes NAME==x fine, but readers and linters stumble
@@ -132,7 +143,9 @@ def quote(value: Any) -> str:
 def _raw(value: Any) -> Raw:
     text = str(value)
     if _CONTROL.search(text):
-        raise TemplateError(f"refusing raw text with control characters: {text!r}")
+        raise TemplateError(
+            f"refusing raw text with control characters: {text!r}", hint=_NO_CONTROL
+        )
     return Raw(text)
 
 
@@ -144,7 +157,9 @@ def _comment(value: Any) -> Raw:
     """Text for a ``#`` comment: one line, nothing to quote."""
     text = str(value)
     if _ANY_CONTROL.search(text):
-        raise TemplateError(f"refusing a comment with control characters: {text!r}")
+        raise TemplateError(
+            f"refusing a comment with control characters: {text!r}", hint=_NO_CONTROL
+        )
     return Raw(text)
 
 
@@ -198,14 +213,22 @@ def render_template(env: jinja2.Environment, name: str, context: dict[str, Any])
     except jinja2.TemplateNotFound as exc:
         raise TemplateError(
             f"template {exc.name!r} was not found",
-            hint="run 'hpcjobs template list' to see the templates and where they come from",
+            hint="run 'hpcjobs template list' to see the templates and where they come from; "
+            "--template NAME (or 'template:' in a job file) takes a main template's name",
         ) from None
     except jinja2.TemplateSyntaxError as exc:
         where = f"{exc.filename or exc.name}:{exc.lineno}"
-        raise TemplateError(f"template syntax error at {where}: {exc.message}") from None
+        raise TemplateError(
+            f"template syntax error at {where}: {exc.message}",
+            hint=f"fix that line, or remove {exc.filename or 'the file'} to fall back to the "
+            "next one in the search path ('hpcjobs template list' shows which file serves "
+            "each template)",
+        ) from None
     except jinja2.UndefinedError as exc:
         raise TemplateError(
-            f"template {name!r} uses an undefined value: {exc.message}{_template_line(exc)}"
+            f"template {name!r} uses an undefined value: {exc.message}{_template_line(exc)}",
+            hint="use only the names in the template context (docs/templates.md, 'Writing "
+            "templates'); 'hpcjobs template show NAME' prints a built-in template to compare",
         ) from None
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from hpcjobs import __version__
+from hpcjobs.config.locate import SITE_ENV
 from hpcjobs.errors import EXIT_BAD_INPUT, HpcJobsError
 
 #: name -> (module:attribute, one-line help). The help is here so listing costs no import.
@@ -94,12 +95,16 @@ def _configure_logging(verbose: int, quiet: int) -> None:
 @click.version_option(__version__, "-V", "--version", prog_name="hpcjobs")
 @click.option(
     "--site",
-    envvar="HPCJOBS_SITE",
+    envvar=SITE_ENV,
     metavar="NAME|PATH",
     help="Site config to use: a name (see 'hpcjobs site list') or a YAML file. "
-    "Default: chosen by hostname.  [env: HPCJOBS_SITE]",
+    f"Default: chosen by hostname.  [env: {SITE_ENV}]",
 )
-@click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")
+@click.option(
+    "--debug",
+    is_flag=True,
+    help="Show full tracebacks for errors. A global option: 'hpcjobs --debug submit ...'.",
+)
 @click.option("-v", "--verbose", count=True, help="More log output (repeatable).")
 @click.option("-q", "--quiet", count=True, help="Less log output (repeatable).")
 @click.pass_context
@@ -118,10 +123,20 @@ def cli(ctx: click.Context, site: str | None, debug: bool, verbose: int, quiet: 
         try:
             ctx.obj["site"] = locate_site(site)
         except HpcJobsError as exc:
+            if ctx.get_parameter_source("site") is click.core.ParameterSource.ENVIRONMENT:
+                _blame_site_env(exc, site)
             if debug:
                 raise
             report_error(exc)
             ctx.exit(exc.exit_code)
+
+
+def _blame_site_env(exc: HpcJobsError, value: str) -> None:
+    """Say that the bad site came from the environment, not from a flag or a file."""
+    exc.message = f"{SITE_ENV}={value!r}: {exc.message}"
+    exc.args = (exc.message,)
+    fix = f"fix or unset {SITE_ENV} (it stands in for --site)"
+    exc.hint = f"{fix}; {exc.hint}" if exc.hint else fix
 
 
 def main(argv: list[str] | None = None) -> None:

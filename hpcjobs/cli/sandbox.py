@@ -155,14 +155,18 @@ def _print_status(info: Status) -> None:
 @state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the variables as JSON.")
 def env(state_dir: Path | None, as_json: bool) -> None:
-    """Print shell exports that point Slurm's commands at the sandbox.
+    """Print shell exports that point Slurm's commands and hpcjobs at the sandbox.
+
+    SLURM_CONF points Slurm's commands at the sandbox's slurm.conf; HPCJOBS_SITE=sandbox picks
+    the sandbox site config, so 'hpcjobs submit' needs no --site.
 
     \b
     eval "$(hpcjobs sandbox env)"
     sinfo
+    hpcjobs submit --wait -- hostname
     """
     box = Sandbox(state_dir)
-    variables = box.layout.client_env()
+    variables = box.layout.shell_env()
     if as_json:
         click.echo(json.dumps(variables))
         return

@@ -186,7 +186,7 @@ def load_site_layers(
     problems = env_problems + to_problems(findings, merged.locate)
     errors = [p for p in problems if p.is_error]
     if errors or config is None:
-        raise InvalidConfigError(str(path), problems)
+        raise _invalid(str(path), problems, env, overrides or {})
     return LoadedSite(
         config,
         path,
@@ -194,6 +194,57 @@ def load_site_layers(
         warnings=[p for p in problems if not p.is_error],
         user_file=user_path if user_doc is not None else None,
     )
+
+
+def _invalid(
+    source: str, problems: list[Problem], env: Mapping[str, str], overrides: Mapping[str, Any]
+) -> InvalidConfigError:
+    """The error for an invalid merged config, blaming the layer each bad value came from.
+
+    A bad value from an ``HPCJOBS_*`` variable or a command-line override is reported under
+    that variable's (or key's) name with a hint to fix or unset it, not as a fault of the site
+    file, which ``hpcjobs site validate`` would call fine.
+    """
+    errors = [p for p in problems if p.is_error]
+    blamed = {id(p): label for p in errors if (label := _override_label(p, env, overrides))}
+    if not blamed:
+        return InvalidConfigError(source, problems)
+    culprits = list(dict.fromkeys(label for label in blamed.values()))
+    names = ", ".join(label.split("=", 1)[0] for label in culprits)
+    fix = f"fix or unset {names} (they override the site config)"
+    if len(culprits) == 1:
+        fix = f"fix or unset {names} (it overrides the site config)"
+    if len(blamed) == len(errors) and len(errors) == 1:
+        (only,) = errors
+        return InvalidConfigError(
+            source, problems, message=f"{blamed[id(only)]}: {only.key}: {only.message}", hint=fix
+        )
+    lines = "\n".join(
+        f"  {blamed[id(p)]}: {p.key}: {p.message}" if id(p) in blamed else f"  {p.format()}"
+        for p in errors
+    )
+    if len(blamed) == len(errors):
+        message = f"{len(errors)} invalid values from the environment or command line:\n{lines}"
+        return InvalidConfigError(source, problems, message=message, hint=fix)
+    message = f"site config {source} is invalid ({len(errors)} problems):\n{lines}"
+    hint = f"{fix}; fix the other keys, then run 'hpcjobs site validate {source}'"
+    return InvalidConfigError(source, problems, message=message, hint=hint)
+
+
+def _override_label(
+    problem: Problem, env: Mapping[str, str], overrides: Mapping[str, Any]
+) -> str | None:
+    """``HPCJOBS_TIME='abc'`` or ``slurm.time='abc' (command line)``; None for a file's value."""
+    where = problem.file or ""
+    if where.startswith("env:"):
+        name = where.removeprefix("env:")
+        return f"{name}={env.get(name, '')!r}"
+    if where == COMMAND_LINE_ORIGIN.label:
+        for key, value in overrides.items():
+            if problem.key == key or problem.key.startswith(f"{key}."):
+                return f"{key}={value!r} (command line)"
+        return "command line"
+    return None
 
 
 def resolve_site(

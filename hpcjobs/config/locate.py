@@ -1,5 +1,6 @@
 """Find site config files by name, by path, or by the hostname of this machine.
 
+``$HPCJOBS_SITE`` (:data:`SITE_ENV`, the environment default of ``--site``) names the site to use.
 Search order for a name: ``$HPCJOBS_SITE_PATH`` folders, the user folder
 (``~/.config/hpcjobs/sites``), ``/etc/hpcjobs/sites``, then the built-in ``site-configs/``.
 This module stays light (no pydantic, and yaml only when matching hostnames) because the root
@@ -15,10 +16,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcjobs.config.problems import suggest
 from hpcjobs.errors import ConfigError
 from hpcjobs.resources import site_configs_dir
 
 SUFFIXES = (".yaml", ".yml")
+
+#: The environment variable that picks the site when ``--site`` is not given.
+SITE_ENV = "HPCJOBS_SITE"
 
 SYSTEM_SITES_DIR = Path("/etc/hpcjobs/sites")
 
@@ -79,9 +84,15 @@ def locate_path(path: Path) -> Path:
             hint="check the path, or pass a site name from 'hpcjobs site list'",
         )
     if not path.is_file():
-        raise ConfigError(f"site config '{path}' is not a file")
+        raise ConfigError(
+            f"site config '{path}' is not a file",
+            hint="pass the path of a YAML file, or a site name from 'hpcjobs site list'",
+        )
     if not os.access(path, os.R_OK):
-        raise ConfigError(f"site config file '{path}' is not readable (permission denied)")
+        raise ConfigError(
+            f"site config file '{path}' is not readable (permission denied)",
+            hint=f"ask its owner to make it readable (chmod a+r {path}), or use another site",
+        )
     return path.resolve()
 
 
@@ -104,7 +115,7 @@ def locate_site(value: str | Path) -> Path:
                 return candidate.resolve()
     names = sorted({entry.name for entry in list_sites()})
     raise ConfigError(
-        f"no site config named {value!r}" + _did_you_mean(value, names),
+        f"no site config named {value!r}" + suggest(value, names),
         hint="list the known sites with 'hpcjobs site list', or pass a path to a YAML file",
     )
 
@@ -152,10 +163,13 @@ def select_site_for_host(hostname: str | None = None) -> Path:
     for entry in list_sites():
         if entry.active and _patterns_match(_hostname_patterns(entry.path), names):
             return entry.path.resolve()
+    from hpcjobs.sandbox.layout import SANDBOX_ENV_COMMAND, SITE_NAME
+
     raise ConfigError(
         f"no site config matches this host ({', '.join(names)})",
-        hint="pass --site NAME (see 'hpcjobs site list'), set HPCJOBS_SITE, "
-        "or add a 'hostnames' pattern to your site config",
+        hint=f"pass --site NAME (see 'hpcjobs site list'), set {SITE_ENV}, or add a "
+        f"'hostnames' pattern to your site config; for the local sandbox run "
+        f"'{SANDBOX_ENV_COMMAND}', which sets SLURM_CONF and {SITE_ENV}={SITE_NAME}",
     )
 
 
@@ -190,10 +204,3 @@ def _patterns_match(patterns: Iterable[str], names: list[str]) -> bool:
         except re.error:
             continue
     return False
-
-
-def _did_you_mean(word: str, choices: list[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""

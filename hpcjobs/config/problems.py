@@ -24,6 +24,18 @@ def suggest(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def unknown_key(key: str, allowed: Iterable[str], *, noun: str = "key") -> str:
+    """``unknown key 'x' (did you mean 'y'?)``, else with the allowed keys listed, if any.
+
+    The one formatter for unknown keys, in site configs, user files and job files alike.
+    """
+    choices = sorted(set(allowed))
+    hint = suggest(key, choices)
+    if not hint and choices:
+        hint = f" (allowed: {', '.join(choices)})"
+    return f"unknown {noun} {key!r}{hint}"
+
+
 @dataclass(frozen=True)
 class Problem:
     """One problem in one config file."""
@@ -50,15 +62,26 @@ class Problem:
 
 
 class InvalidConfigError(ConfigError):
-    """A config has one or more errors. ``problems`` lists all of them, warnings included."""
+    """A config has one or more errors. ``problems`` lists all of them, warnings included.
 
-    def __init__(self, source: str, problems: Sequence[Problem], *, hint: str | None = None):
+    ``message`` replaces the default "site config ... is invalid" text, for errors that are not
+    the file's fault (a bad ``HPCJOBS_*`` variable or command-line override).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        problems: Sequence[Problem],
+        *,
+        hint: str | None = None,
+        message: str | None = None,
+    ):
         self.source = source
         self.problems = list(problems)
         errors = [p for p in self.problems if p.is_error]
         count = f"{len(errors)} problem" + ("s" if len(errors) != 1 else "")
         lines = "\n".join(f"  {p.format()}" for p in errors)
         super().__init__(
-            f"site config {source} is invalid ({count}):\n{lines}",
+            message or f"site config {source} is invalid ({count}):\n{lines}",
             hint=hint or f"fix the keys above, then run 'hpcjobs site validate {source}'",
         )

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from hpcjobs.config.models import SiteConfig
-from hpcjobs.config.problems import KeyPath, Problem, dotted, suggest
+from hpcjobs.config.problems import KeyPath, Problem, dotted, unknown_key
 from hpcjobs.config.semantics import Finding, check_site_data
 from hpcjobs.config.yamlfile import read_yaml_file
 
@@ -90,11 +90,7 @@ def schema_findings(exc: ValidationError, model: type[BaseModel] = SiteConfig) -
                 f"invalid key {loc[-1]!r}: {_clean(err['msg'])}" if loc else _clean(err["msg"])
             )
         elif kind == "extra_forbidden":
-            key = str(loc[-1])
-            allowed = _fields_at(model, tuple(loc[:-1]))
-            message = f"unknown key {key!r}{suggest(key, allowed)}"
-            if allowed and not suggest(key, allowed):
-                message += f" (allowed: {', '.join(sorted(allowed))})"
+            message = unknown_key(str(loc[-1]), fields_at(model, tuple(loc[:-1])))
         elif kind == "missing":
             message = f"required key {loc[-1]!r} is missing" if loc else "a required key is missing"
         else:
@@ -137,7 +133,7 @@ def validate_site_file(path: Path, *, source: str | None = None) -> ValidationRe
     return report
 
 
-def _fields_at(model: type[BaseModel], loc: KeyPath) -> set[str]:
+def fields_at(model: type[BaseModel], loc: KeyPath) -> set[str]:
     """The keys allowed in the mapping at ``loc`` inside ``model``."""
     current: Any = model
     for part in loc:

@@ -8,11 +8,16 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from hpcjobs.config.locate import SITE_ENV
 from hpcjobs.errors import BadInputError
 
 #: Far from Slurm's defaults (6817-6819) and from MariaDB's 3306.
 DEFAULT_PORT_BASE = 16810
 CLUSTER_NAME = "sandbox"
+#: The built-in site config that describes the sandbox (``site-configs/sandbox.yaml``).
+SITE_NAME = "sandbox"
+#: What a shell runs to use the sandbox (see :meth:`Layout.shell_env`).
+SANDBOX_ENV_COMMAND = 'eval "$(hpcjobs sandbox env)"'
 GPU_TYPE = "h100"
 
 
@@ -167,5 +172,10 @@ class Layout:
         return self.logs / f"{daemon}.log"
 
     def client_env(self) -> dict[str, str]:
-        """What a client needs in its environment to talk to this sandbox."""
+        """What a Slurm client needs in its environment to talk to this sandbox."""
         return {"SLURM_CONF": str(self.slurm_conf)}
+
+    def shell_env(self) -> dict[str, str]:
+        """What ``hpcjobs sandbox env`` exports: the Slurm client's variables, and the sandbox
+        site for hpcjobs itself, so ``hpcjobs submit`` needs no ``--site``."""
+        return {**self.client_env(), SITE_ENV: SITE_NAME}

@@ -102,8 +102,42 @@ def slurm_message(stderr: str) -> str:
     return re.sub(r"^[\w.-]+: (?:error|fatal): ", "", line)
 
 
+#: Slurm's client found no slurm.conf: no SLURM_CONF, no /etc/slurm/slurm.conf, no DNS SRV record.
+_NO_CONFIG = re.compile(r"could not establish a configuration source", re.IGNORECASE)
+#: SLURM_CONF (or the default path) names a file that cannot be read.
+_BAD_CONFIG = re.compile(
+    r"cannot stat file (\S+?):|unable to process configuration file", re.IGNORECASE
+)
+
+
+def config_hint(stderr: str) -> str | None:
+    """A hint for a Slurm client that cannot find or read the cluster's config, else None."""
+    from hpcjobs.sandbox.layout import SANDBOX_ENV_COMMAND
+
+    if _NO_CONFIG.search(stderr):
+        return (
+            "Slurm cannot find the cluster config: SLURM_CONF is not set and there is no "
+            "/etc/slurm/slurm.conf (nor a configless DNS record). On a cluster, run hpcjobs on "
+            f"a login node (or use --host); for the local sandbox, run '{SANDBOX_ENV_COMMAND}' "
+            "in this shell first"
+        )
+    bad = _BAD_CONFIG.search(stderr)
+    if bad:
+        where = f" {bad.group(1)}" if bad.group(1) else ""
+        return (
+            f"Slurm cannot read its config file{where}: check SLURM_CONF; for the local "
+            "sandbox, check that it is up ('hpcjobs sandbox status') and run "
+            f"'{SANDBOX_ENV_COMMAND}' again"
+        )
+    return None
+
+
 class SlurmCommandError(SlurmError):
-    """A Slurm command failed for good. Carries Slurm's own message and the error class."""
+    """A Slurm command failed for good. Carries Slurm's own message and the error class.
+
+    Without an explicit ``hint``, one comes from :func:`config_hint` when Slurm could not find
+    or read its config.
+    """
 
     def __init__(
         self,
@@ -115,7 +149,7 @@ class SlurmCommandError(SlurmError):
         attempts: int = 1,
         hint: str | None = None,
     ) -> None:
-        super().__init__(message, hint=hint)
+        super().__init__(message, hint=hint if hint is not None else config_hint(stderr))
         self.kind = kind
         self.argv = tuple(argv)
         self.stderr = stderr

@@ -107,7 +107,10 @@ def test_status_and_env_commands(sandbox: Sandbox) -> None:
     assert len(data["nodes"]) == 3
     env = runner.invoke(cli, ["sandbox", "env", "--state-dir", str(sandbox.state_dir)])
     assert env.exit_code == 0
-    assert env.stdout.strip() == f"export SLURM_CONF={sandbox.layout.slurm_conf}"
+    assert env.stdout.splitlines() == [
+        f"export SLURM_CONF={sandbox.layout.slurm_conf}",
+        "export HPCJOBS_SITE=sandbox",
+    ]
 
 
 def test_up_is_idempotent(sandbox: Sandbox) -> None:

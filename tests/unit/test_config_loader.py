@@ -99,9 +99,54 @@ def test_env_changes_default_partition_and_profile(site_file: Path) -> None:
 def test_bad_env_value_names_the_variable(site_file: Path) -> None:
     with pytest.raises(InvalidConfigError) as info:
         load_site(site_file, environ={"HPCJOBS_REQUEUE_LEAD_TIME": "soon"})
-    assert "env:HPCJOBS_REQUEUE_LEAD_TIME: requeue.lead_time: must be a whole number" in (
-        info.value.message
+    assert info.value.message == (
+        "HPCJOBS_REQUEUE_LEAD_TIME='soon': requeue.lead_time: must be a whole number, not 'soon'"
     )
+
+
+def test_bad_env_time_blames_the_variable_not_the_file(site_file: Path) -> None:
+    """The site file is fine ('site validate' says so): the error must not send the user there."""
+    with pytest.raises(InvalidConfigError) as info:
+        load_site(site_file, environ={"HPCJOBS_TIME": "abc"})
+    message, hint = info.value.message, info.value.hint or ""
+    assert message.startswith("HPCJOBS_TIME='abc': slurm.time: 'abc' is not a Slurm time")
+    assert "is invalid" not in message and str(site_file) not in message
+    assert hint == "fix or unset HPCJOBS_TIME (it overrides the site config)"
+    assert "site validate" not in hint
+    assert info.value.exit_code == 2
+
+
+def test_several_bad_env_values_are_each_named(site_file: Path) -> None:
+    env = {"HPCJOBS_TIME": "abc", "HPCJOBS_PARTITION": "gpus"}
+    with pytest.raises(InvalidConfigError) as info:
+        load_site(site_file, environ=env)
+    message = info.value.message
+    assert message.startswith("2 invalid values from the environment or command line:")
+    assert "  HPCJOBS_TIME='abc': slurm.time: 'abc' is not a Slurm time" in message
+    assert "  HPCJOBS_PARTITION='gpus': defaults.partition: partition 'gpus'" in message
+    assert info.value.hint == (
+        "fix or unset HPCJOBS_TIME, HPCJOBS_PARTITION (they override the site config)"
+    )
+
+
+def test_bad_override_is_named_as_a_command_line_value(site_file: Path) -> None:
+    with pytest.raises(InvalidConfigError) as info:
+        load_site(site_file, environ={}, overrides={"slurm.time": "soon"})
+    assert info.value.message.startswith("slurm.time='soon' (command line): slurm.time: 'soon'")
+    assert "site validate" not in (info.value.hint or "")
+
+
+def test_env_and_file_errors_together_blame_each_layer(home: Path) -> None:
+    path = home / "broken.yaml"
+    path.write_text(SITE.replace("max_nodes: 4}\n  - {name: cpu", "max_nodes: -1}\n  - {name: cpu"))
+    with pytest.raises(InvalidConfigError) as info:
+        load_site(path, environ={"HPCJOBS_TIME": "abc"})
+    message, hint = info.value.message, info.value.hint or ""
+    assert message.startswith(f"site config {path} is invalid (2 problems):")
+    assert "  HPCJOBS_TIME='abc': slurm.time:" in message
+    assert f"{path}:10: partitions.0.max_nodes:" in message
+    assert hint.startswith("fix or unset HPCJOBS_TIME (it overrides the site config); ")
+    assert f"'hpcjobs site validate {path}'" in hint
 
 
 def test_error_from_a_higher_layer_points_at_that_layer(home: Path, site_file: Path) -> None:
@@ -117,7 +162,7 @@ def test_error_from_a_higher_layer_points_at_that_layer(home: Path, site_file: P
 def test_env_error_names_the_variable(site_file: Path) -> None:
     with pytest.raises(InvalidConfigError) as info:
         load_site(site_file, environ={"HPCJOBS_PARTITION": "nope"})
-    assert "env:HPCJOBS_PARTITION: defaults.partition: partition 'nope'" in info.value.message
+    assert "HPCJOBS_PARTITION='nope': defaults.partition: partition 'nope'" in info.value.message
 
 
 def test_user_file_unknown_key_gets_a_suggestion(home: Path, site_file: Path) -> None:

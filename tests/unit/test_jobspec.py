@@ -134,8 +134,65 @@ def test_load_job_file_reports_yaml_errors(tmp_path: Path) -> None:
     bad.write_text("nodes: 2\ncommand: [python\n", encoding="utf-8")
     with pytest.raises(BadInputError, match=r"bad\.yaml"):
         load_job_file(bad)
-    with pytest.raises(BadInputError, match="not found"):
+    with pytest.raises(BadInputError, match="does not exist") as info:
         load_job_file(tmp_path / "missing.yaml")
+    assert info.value.hint and "-f/--file" in info.value.hint
+
+
+def test_missing_relative_job_file_names_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BadInputError) as info:
+        load_job_file(Path("nosuch.yaml"))
+    assert info.value.message == f"job file nosuch.yaml does not exist in {tmp_path}"
+
+
+def test_broken_job_file_has_a_hint(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n", encoding="utf-8")
+    with pytest.raises(BadInputError) as info:
+        load_job_file(bad)
+    assert info.value.hint and "YAML mapping of job fields" in info.value.hint
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        ({"nodse": 2}, "nodse: unknown field 'nodse' (did you mean 'nodes'?)"),
+        ({"tiem": "1:00"}, "tiem: unknown field 'tiem' (did you mean 'time'?)"),
+        (
+            {"container": {"image": "i", "mount": ["a"]}},
+            "container.mount: unknown field 'mount' (did you mean 'mounts'?)",
+        ),
+        ({"requeue": {"sigal": "USR2"}}, "(did you mean 'signal'?)"),
+        ({"zzzz": 1}, "unknown field 'zzzz' (allowed: account, array, bind,"),
+    ],
+)
+def test_unknown_job_fields_get_did_you_mean(data: dict[str, object], needle: str) -> None:
+    with pytest.raises(BadInputError) as info:
+        parse_spec({"command": ["x"], **data}, source="job.yaml")
+    assert needle in info.value.message
+
+
+def test_unknown_field_message_is_the_site_config_formatter() -> None:
+    """One formatter for unknown keys: job files and site configs say it the same way."""
+    from hpcjobs.config.problems import unknown_key
+
+    with pytest.raises(BadInputError) as info:
+        parse_spec({"command": ["x"], "nodse": 2})
+    assert unknown_key("nodse", JobSpec.model_fields, noun="field") in info.value.message
+
+
+def test_bad_flag_over_a_job_file_is_not_blamed_on_the_file() -> None:
+    data = merge_job_data({"command": ["x"], "nodes": 2}, {"time": "abc", "nodes": None})
+    with pytest.raises(BadInputError) as info:
+        parse_spec(data, source="job.yaml")
+    assert "  time (command line): 'abc' is not a Slurm time" in info.value.message
+    # Without a job file every value is a flag: nothing to tell apart.
+    with pytest.raises(BadInputError) as info:
+        parse_spec(merge_job_data(None, {"command": ["x"], "time": "abc"}), source="flags")
+    assert "  time: 'abc' is not a Slurm time" in info.value.message
 
 
 def test_resolve_fills_site_defaults(dgx: SiteConfig) -> None:
@@ -217,3 +274,29 @@ def test_job_name_for_path() -> None:
     assert job_name_for_path("../../etc/passwd") == "etc_passwd"
     assert job_name_for_path("a b$(x)") == "a_b_x"
     assert job_name_for_path("...") == "job"
+
+
+@pytest.mark.parametrize("time", ["00:30", "00:59", "1"])
+def test_too_short_time_hint_suggests_what_can_work(sandbox_site: SiteConfig, time: str) -> None:
+    """Slurm may send the warning up to 60 s before the lead (docs/requeue.md): the hint must
+    not suggest a lead inside that window, and the time it suggests must pass the check."""
+    with pytest.raises(BadInputError) as info:
+        resolve_spec(JobSpec(time=time, command=["x"]), sandbox_site)  # lead 60 s
+    hint = info.value.hint or ""
+    assert "--signal" not in hint  # no lead fits in a minute
+    assert "needs more than 120 s, for example -t 00:03:00" in hint
+    job = resolve_spec(JobSpec(time="00:03:00", command=["x"]), sandbox_site)
+    assert job.requeue.lead_time == 60
+
+
+def test_too_short_time_hint_offers_a_lead_that_leaves_the_60s_window(dgx: SiteConfig) -> None:
+    with pytest.raises(BadInputError) as info:
+        resolve_spec(JobSpec(time="00:04:00", command=["x"]), dgx)  # lead 300 s
+    hint = info.value.hint or ""
+    assert "needs more than 360 s, for example -t 00:07:00" in hint
+    assert "--signal USR2@120, if checkpointing takes less than 60 s" in hint
+    # Both suggestions are accepted, and the lead one leaves > 60 s before the earliest signal.
+    resolve_spec(JobSpec(time="00:07:00", command=["x"]), dgx)
+    policy = RequeuePolicy(lead_time=120)
+    job = resolve_spec(JobSpec(time="00:04:00", command=["x"], requeue=policy), dgx)
+    assert job.requeue.lead_time == 120 and 240 - (120 + 60) >= 60
