@@ -9,6 +9,10 @@ Every hpcjobs batch script appends one tab-separated line per event to
 for ``cause`` and comes back; detail says how, plus ``checkpoint=`` and ``progress=``), or ``end``
 (the chain is over: cause ``finish`` or ``fail``, detail says why). A continuation is a new job
 id in the same chain; a Slurm requeue keeps the job id and raises the restart count.
+
+A job cancelled while pending never runs its script: ``hpcjobs cancel`` logs its chain's end
+for it (:func:`append_event`), and :func:`ended_by_accounting` reads the end of a chain whose
+newest job Slurm shows CANCELLED without an ``end`` event (a plain ``scancel``).
 """
 
 from __future__ import annotations
@@ -108,6 +112,11 @@ class Chain:
         ends = [e for e in self.events if e.event == "end"]
         return ends[-1] if ends else None
 
+    @property
+    def starts(self) -> int:
+        """How many runs of the chain began (its ``start`` events)."""
+        return sum(1 for e in self.events if e.event == "start")
+
     def interruptions(self) -> list[Interruption]:
         result: list[Interruption] = []
         pending: Interruption | None = None
@@ -128,6 +137,15 @@ class Chain:
                 pending.resumed_from = event.number("checkpoint")
                 pending = None
         return result
+
+
+def format_event(event: Event) -> str:
+    """One event as a line of the event log (tabs and line breaks in the detail become spaces)."""
+    detail = re.sub(r"[\t\r\n]", " ", event.detail)
+    return (
+        f"{event.time:.6f}\t{event.job_id}\t{event.restart}\t{event.event}\t"
+        f"{event.cause}\t{detail}\n"
+    )
 
 
 def parse_chain(text: str) -> Chain:
@@ -175,6 +193,54 @@ def chain_path(output_dir: str, root: str) -> str:
     return f"{output_dir.rstrip('/')}/chain-{root}.tsv"
 
 
+def chain_output_dir(
+    job_id: str, *, index_dir: Path | None = None, host: str | None = None
+) -> str | None:
+    """Where the chain that ``job_id`` started keeps its files, from the local job index."""
+    from hpcjobs.records import index_entry
+
+    entry = index_entry(job_id, index_dir=index_dir, host=host)
+    output_dir = entry.get("output_dir") if entry else None
+    return str(output_dir) if output_dir else None
+
+
+#: The detail of the ``end`` event that ``hpcjobs cancel`` logs for a job it cancelled before it
+#: ran (a pending job never runs its script, so nothing else would end the chain).
+CANCELLED_PENDING = "cancelled while job {job_id} was pending"
+
+
+def append_event(runner: Runner, ref: ChainRef, event: Event) -> None:
+    """Append ``event`` to the chain's event log, through ``runner`` (so also over SSH).
+
+    ``tee -a`` appends its input in one write, as the batch script's ``>>`` does.
+
+    Raises:
+        HpcJobsError: the log cannot be written (the error of the runner or of ``tee``).
+    """
+    path = chain_path(ref.output_dir, ref.root)
+    runner.run(["tee", "-a", path], stdin=format_event(event), timeout=60)
+    ref.chain.events.append(event)
+
+
+def ended_by_accounting(chain: Chain, job_id: str, state: str) -> Event | None:
+    """The end of a chain whose log has no ``end`` event, when Slurm says its newest job is over.
+
+    A job cancelled while pending never runs its script, and one killed before its script could
+    log leaves no word either; such a job is ``CANCELLED`` in Slurm. Other states say nothing
+    final (a preempted or failed node's job may still be requeued), so they give None.
+
+    Args:
+        chain: the chain's events.
+        job_id: its newest job.
+        state: that job's state, from the queue or accounting.
+    """
+    if chain.final is not None or state.split(" ")[0].upper() != "CANCELLED":
+        return None
+    restart = max((e.restart for e in chain.events if e.job_id == job_id), default=0)
+    detail = f"cancelled: job {job_id} is CANCELLED in Slurm, and the event log has no end"
+    return Event(0.0, job_id, restart, "end", "fail", detail)
+
+
 def load_chain(
     job_id: str,
     runner: Runner,
@@ -188,11 +254,8 @@ def load_chain(
     The output dir comes from the local job index that ``hpcjobs submit`` keeps; None when
     the job was not submitted by hpcjobs from here, or its chain has no events yet.
     """
-    from hpcjobs.records import index_entry
-
     if output_dir is None:
-        entry = index_entry(job_id, index_dir=index_dir, host=host)
-        output_dir = entry.get("output_dir") if entry else None
+        output_dir = chain_output_dir(job_id, index_dir=index_dir, host=host)
         if not output_dir:
             return None
     try:

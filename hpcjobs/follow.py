@@ -5,6 +5,13 @@ Polling is gentle on the controller: every refresh is one batched query for all 
 failures show up at once, then the interval never drops below :attr:`PollSchedule.minimum`
 and grows while nothing changes, up to :attr:`PollSchedule.maximum`.
 
+Following a chain (``submit --wait``) also watches the chain's event log, which costs Slurm
+nothing (:class:`EventLogWatch`: a stat each second here, a ``wc -c`` every 2 s over SSH). The
+batch script logs ``requeue`` or ``end`` just before its job ends, so when such an event appears
+Slurm is asked at once and then every :attr:`PollSchedule.fast` seconds, for at most
+:attr:`PollSchedule.fast_polls` refreshes: the end is seen within a second or two instead of
+after up to a minute of backoff.
+
 State changes and requeues are reported through a callback as they are seen. The exit status
 is 0 when every job COMPLETED and 1 otherwise. Ctrl-C (``KeyboardInterrupt``) propagates to
 the caller and never cancels a job.
@@ -16,12 +23,13 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcjobs.runner import Runner
+from hpcjobs.errors import HpcJobsError
+from hpcjobs.runner import LocalRunner, Runner
 from hpcjobs.slurm.classify import UnknownJobError
 from hpcjobs.slurm.jobs import JobStatus, query_status
 from hpcjobs.slurm.states import MAY_REQUEUE, exit_code_for, is_terminal
@@ -46,12 +54,18 @@ class PollSchedule:
         minimum: the floor after the first checks, also used right after a change.
         maximum: the ceiling while nothing changes.
         factor: growth per quiet refresh.
+        fast: the wait between refreshes once a job is known to be near its end (its chain's
+            event log gained a ``requeue`` or ``end`` event).
+        fast_polls: how many such fast refreshes at most, after the immediate one; then the
+            waits start again from ``minimum``.
     """
 
     first: tuple[float, ...] = (1.0, 2.0)
     minimum: float = 5.0
     maximum: float = 60.0
     factor: float = 1.5
+    fast: float = 1.0
+    fast_polls: int = 20
 
     def delays(self) -> Iterator[float]:
         """Waits for a quiet job: the first checks, then growing from the minimum."""
@@ -159,6 +173,8 @@ def follow_jobs(
     sleep: Callable[[float], None] | None = None,
     timeout_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    wake: Callable[[], bool] | None = None,
+    wake_every: float = 1.0,
 ) -> FollowResult:
     """Poll ``job_ids`` until all of them end; report each change through ``on_event``.
 
@@ -170,6 +186,11 @@ def follow_jobs(
         sleep: the sleep function (tests pass a fake one).
         timeout_s: stop following after this long; the result then has exit code 1.
         clock: monotonic clock for ``timeout_s``.
+        wake: a cheap check that asks no Slurm command (see :class:`EventLogWatch`), called
+            every ``wake_every`` seconds between refreshes. When it returns True the jobs are
+            near their end: refresh at once, then every ``schedule.fast`` seconds for at most
+            ``schedule.fast_polls`` refreshes.
+        wake_every: seconds between two calls of ``wake``.
 
     Returns:
         Exit code 0 if every job COMPLETED, else 1; and each job's final state.
@@ -184,6 +205,7 @@ def follow_jobs(
     started = clock()
     first = True
     polls = 0
+    fast_left = 0
     while True:
         report = query_status(client, job_ids)
         if first and report.unknown:
@@ -201,11 +223,39 @@ def follow_jobs(
         if events and polls > len(plan.first):
             delays = _restart_at_minimum(plan)  # something moved: look again soon
         polls += 1
-        sleep(next(delays))
+        if fast_left > 0:
+            fast_left -= 1
+            wait = plan.fast
+            if not fast_left:
+                delays = _restart_at_minimum(plan)
+        else:
+            wait = next(delays)
+        if _nap(wait, sleep, wake, wake_every):
+            fast_left = plan.fast_polls  # near the end: refresh now, then fast for a while
+
+
+def _nap(
+    wait: float,
+    sleep: Callable[[float], None],
+    wake: Callable[[], bool] | None,
+    every: float,
+) -> bool:
+    """Sleep ``wait`` seconds, asking ``wake`` every ``every`` seconds; True when it woke us."""
+    if wake is None:
+        sleep(wait)
+        return False
+    left = wait
+    while left > 0:
+        step = min(every, left)
+        sleep(step)
+        left -= step
+        if wake():
+            return True
+    return False
 
 
 def _restart_at_minimum(schedule: PollSchedule) -> Iterator[float]:
-    return PollSchedule((), schedule.minimum, schedule.maximum, schedule.factor).delays()
+    return replace(schedule, first=()).delays()
 
 
 def _gone(job_id: str) -> JobStatus:
@@ -225,6 +275,77 @@ def _gone(job_id: str) -> JobStatus:
     )
 
 
+class EventLogWatch:
+    """Notices, without asking Slurm, when a chain's event log gains a ``requeue`` or ``end``.
+
+    The batch script logs those just before its job ends. A local log is checked with one
+    ``os.stat`` per call; through any other runner (SSH) the size comes from ``wc -c``, so
+    :attr:`every` is longer there. Only what was appended since the last call is read. Failures
+    to look (no log yet, a dropped connection) count as no news: following goes on by polling.
+
+    Args:
+        runner: how to reach the file (the runner the job was submitted through).
+        path: the event log, ``<output dir>/chain-<root>.tsv``.
+        local: read the file directly (default: when ``runner`` is a :class:`LocalRunner`).
+    """
+
+    LOCAL_EVERY = 1.0
+    REMOTE_EVERY = 2.0
+    WAKING = frozenset({"requeue", "end"})
+
+    def __init__(self, runner: Runner, path: str, *, local: bool | None = None) -> None:
+        self.runner = runner
+        self.path = path
+        self.local = isinstance(runner, LocalRunner) if local is None else local
+        self.every = self.LOCAL_EVERY if self.local else self.REMOTE_EVERY
+        self.offset = self._size() or 0  # what is there already is old news
+
+    def check(self) -> bool:
+        """True when a ``requeue`` or ``end`` event was appended since the last call."""
+        from hpcjobs.chain import parse_chain
+
+        size = self._size()
+        if size is None or size == self.offset:
+            return False
+        if size < self.offset:
+            self.offset = 0  # replaced: a new chain set an old log aside
+        text = self._read_from(self.offset)
+        if text is None:
+            return False
+        complete = text[: text.rfind("\n") + 1]  # a line being written waits for next time
+        self.offset += len(complete.encode("utf-8"))
+        return any(e.event in self.WAKING for e in parse_chain(complete).events)
+
+    def _size(self) -> int | None:
+        if self.local:
+            try:
+                return os.stat(self.path).st_size
+            except OSError:
+                return None
+        try:
+            result = self.runner.run(["wc", "-c", self.path], check=False, timeout=30)
+        except HpcJobsError:
+            return None
+        fields = result.stdout.split()
+        return int(fields[0]) if result.ok and fields and fields[0].isdigit() else None
+
+    def _read_from(self, offset: int) -> str | None:
+        if self.local:
+            try:
+                with open(self.path, "rb") as handle:
+                    handle.seek(offset)
+                    return handle.read().decode("utf-8", errors="replace")
+            except OSError:
+                return None
+        try:
+            result = self.runner.run(
+                ["tail", "-c", f"+{offset + 1}", self.path], check=False, timeout=30
+            )
+        except HpcJobsError:
+            return None
+        return result.stdout if result.ok else None
+
+
 def follow_chain(
     client: SlurmClient,
     runner: Runner,
@@ -235,20 +356,36 @@ def follow_chain(
     output_dir: str | None = None,
     schedule: PollSchedule | None = None,
     sleep: Callable[[float], None] | None = None,
+    watch: EventLogWatch | None = None,
 ) -> FollowResult:
     """Follow a job and every continuation of it until the chain ends.
 
     A preempted or timed-out hpcjobs job continues as a new job id (see docs/requeue.md);
     this follows each in turn. The exit code is the chain's: 0 when its event log says it
     finished, 1 when it failed; the last job's own result when there is no event log.
-    """
-    from hpcjobs.chain import load_chain
 
+    The chain's event log is watched between refreshes (:class:`EventLogWatch`), so the end of
+    a job is seen within seconds of its script logging it. ``watch`` replaces the default one
+    (on ``<output_dir>/chain-<root>.tsv``; ``output_dir`` defaults to the job index's).
+    """
+    from hpcjobs.chain import chain_output_dir, chain_path, ended_by_accounting, load_chain
+
+    if watch is None:
+        folder = output_dir or chain_output_dir(root)
+        watch = EventLogWatch(runner, chain_path(folder, root)) if folder else None
     current = root
     followed: set[str] = set()
     while True:
         followed.add(current)
-        result = follow_jobs(client, [current], on_event=on_event, schedule=schedule, sleep=sleep)
+        result = follow_jobs(
+            client,
+            [current],
+            on_event=on_event,
+            schedule=schedule,
+            sleep=sleep,
+            wake=watch.check if watch else None,
+            wake_every=watch.every if watch else 1.0,
+        )
         ref = load_chain(root, runner, output_dir=output_dir)
         if ref is None:
             return result
@@ -258,6 +395,9 @@ def follow_chain(
             return FollowResult(0 if final.cause == "finish" else 1, result.states)
         after = [j for j in ref.chain.job_ids if j not in followed]
         if not after:
+            ended = ended_by_accounting(ref.chain, current, result.states.get(current, ""))
+            if ended is not None:
+                on_note(f"chain of job {root}: {ended.cause} ({ended.detail})")
             return result
         current = after[0]
         on_note(f"job {root} continues as job {current}")

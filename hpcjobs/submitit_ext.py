@@ -45,6 +45,7 @@ from submitit.core import core, utils
 from submitit.slurm import slurm as submitit_slurm
 
 from hpcjobs.chain import Chain, read_chain
+from hpcjobs.config.locate import SITE_ENV
 from hpcjobs.config.models import SiteConfig
 from hpcjobs.errors import BadInputError, HpcJobsError
 from hpcjobs.jobspec import JobSpec, parse_spec, resolve_spec
@@ -213,13 +214,21 @@ class HpcJob(submitit_slurm.SlurmJob[R]):
 
     @property
     def state(self) -> str:
-        """The Slurm state of the newest run (``PENDING`` for a continuation not yet known)."""
+        """The Slurm state of the newest run.
+
+        It comes from accounting (submitit's sacct watcher). While accounting does not know the
+        run yet (right after submission) the queue answers (one squeue, reused for
+        :data:`QUEUE_STATE_TTL_S`): ``PENDING`` as a rule. A continuation that neither knows
+        yet is ``PENDING`` too.
+        """
         chain = self.chain()
         current = self._current(chain)
         state = str(self.watcher.get_state(current, mode="standard"))
         if chain.final is not None and state.upper() in _UNFINISHED:
             # The chain has ended: what Slurm said before is out of date, ask once more.
             state = str(self.watcher.get_state(current, mode="force"))
+        if state == "UNKNOWN":
+            state = queue_state(current) or state
         if state == "UNKNOWN" and current != self.job_id:
             return "PENDING"
         return state
@@ -296,6 +305,38 @@ class HpcJob(submitit_slurm.SlurmJob[R]):
             if check:
                 raise
             log.warning("could not cancel job %s", self.job_id, exc_info=True)
+
+
+#: Seconds an answer of the queue about one job is reused by :func:`queue_state`.
+QUEUE_STATE_TTL_S = 2.0
+_QUEUE_STATES: dict[str, tuple[float, str | None]] = {}
+
+
+def queue_state(job_id: str, client: SlurmClient | None = None) -> str | None:
+    """The state the queue (``squeue``) shows for ``job_id``; None if it does not show it.
+
+    For a job that accounting does not know yet. One query, without retries (a state probe
+    must not block), and reused for :data:`QUEUE_STATE_TTL_S` seconds so that polling
+    ``job.state`` in a loop does not load the controller.
+    """
+    from hpcjobs.slurm.jobs import row_matches
+    from hpcjobs.slurm.retry import NO_RETRY
+
+    now = time.monotonic()
+    seen = _QUEUE_STATES.get(job_id)
+    if seen is not None and now - seen[0] < QUEUE_STATE_TTL_S:
+        return seen[1]
+    client = client or SlurmClient(LocalRunner(), policy=NO_RETRY, query_timeout_s=15.0)
+    try:
+        rows = client.queue([job_id])
+    except HpcJobsError:
+        log.debug("squeue for job %s failed", job_id, exc_info=True)
+        return None
+    state = next((r.state for r in rows if row_matches(job_id, r.job_id, r.raw_id)), None)
+    for old in [k for k, (at, _) in _QUEUE_STATES.items() if now - at >= QUEUE_STATE_TTL_S]:
+        del _QUEUE_STATES[old]
+    _QUEUE_STATES[job_id] = (now, state)
+    return state
 
 
 def newest_result(folder: Path, job_ids: Sequence[str], task: int) -> tuple[str, Any] | None:
@@ -739,7 +780,7 @@ def default_folder(site: SiteConfig, partition: str | None = None) -> Path:
 def _load_site(value: str | os.PathLike[str] | None) -> SiteConfig:
     from hpcjobs.config.loader import load_site
 
-    chosen = value if value is not None else os.environ.get("HPCJOBS_SITE") or None
+    chosen = value if value is not None else os.environ.get(SITE_ENV) or None
     return load_site(Path(chosen) if isinstance(chosen, os.PathLike) else chosen)
 
 

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import re
+import time
+from typing import TYPE_CHECKING
 
 import click
 
 from hpcjobs.cli.common import chains_for, slurm_access
 from hpcjobs.cli.options import host_option
+
+if TYPE_CHECKING:
+    from hpcjobs.chain import ChainRef
+    from hpcjobs.runner import Runner
+    from hpcjobs.slurm.client import SlurmClient
 
 _SIGNAL = re.compile(r"^(?:SIG)?[A-Z][A-Z0-9+-]*$|^\d{1,2}$")
 
@@ -31,7 +38,9 @@ def cancel(
     All jobs go to Slurm in one scancel call. Jobs that had already ended are reported, not
     treated as errors. Exits 3 if Slurm does not know a job. For a job hpcjobs continued
     after a preemption or timeout, the first id stands for the whole chain: its current job
-    and any pending continuation are cancelled (or signalled) too.
+    and any pending continuation are cancelled (or signalled) too. A pending job never runs
+    its script, so for one cancelled while pending, cancel logs the chain's end
+    (``end fail cancelled ...``) in its event log; a running job logs its own.
     """
     from hpcjobs.errors import BadInputError
     from hpcjobs.slurm.classify import UnknownJobError
@@ -51,10 +60,17 @@ def cancel(
         later = [j for j in ref.chain.job_ids if j != root and j not in ids]
         if later and ref.chain.final is None:
             ids += later if signal is None else [ref.current]
+    # A chain's newest job that is pending never runs its script, so nothing would log the
+    # chain's end: note which ones are pending now (one squeue for all), and log it below.
+    open_chains = [ref for ref in chains.values() if ref.chain.final is None]
+    pending = _pending(client, [ref.current for ref in open_chains]) if signal is None else {}
     outcome = client.cancel(ids, signal=signal)
     verb = f"sent {signal} to" if signal else "cancelled"
     for job_id in outcome.signalled:
         click.echo(f"{verb} {job_id}")
+    for ref in open_chains:
+        if ref.current in pending and ref.current in outcome.signalled:
+            _log_cancelled(runner, ref, pending[ref.current])
     finished = list(outcome.finished)
     unknown: list[str] = []
     if outcome.unknown:
@@ -66,3 +82,34 @@ def cancel(
         click.echo(f"{job_id} had already ended")
     if unknown:
         raise UnknownJobError(unknown)
+
+
+def _pending(client: SlurmClient, job_ids: list[str]) -> dict[str, int]:
+    """Which of ``job_ids`` are pending (one squeue), with their restart counts."""
+    from hpcjobs.slurm.jobs import row_matches
+
+    found: dict[str, int] = {}
+    if not job_ids:
+        return found
+    for row in client.queue(job_ids):
+        for job_id in job_ids:
+            if row.state == "PENDING" and row_matches(job_id, row.job_id, row.raw_id):
+                found[job_id] = row.restarts
+    return found
+
+
+def _log_cancelled(runner: Runner, ref: ChainRef, restarts: int) -> None:
+    """Log the end of a chain whose newest job was cancelled while pending; warn on failure."""
+    from hpcjobs.chain import CANCELLED_PENDING, Event, append_event
+    from hpcjobs.errors import HpcJobsError
+
+    detail = CANCELLED_PENDING.format(job_id=ref.current)
+    event = Event(time.time(), ref.current, restarts, "end", "fail", detail)
+    try:
+        append_event(runner, ref, event)
+    except HpcJobsError as exc:
+        click.secho(
+            f"Warning: could not log the end of chain {ref.root} in its event log: {exc.message}",
+            err=True,
+            fg="yellow",
+        )

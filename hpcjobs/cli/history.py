@@ -13,7 +13,7 @@ from hpcjobs.cli.options import host_option
 from hpcjobs.errors import SlurmError
 
 if TYPE_CHECKING:
-    from hpcjobs.chain import ChainRef
+    from hpcjobs.chain import ChainRef, Event
     from hpcjobs.slurm.history import JobHistory, Run
 
 
@@ -33,7 +33,9 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
     For a job hpcjobs submitted, JOBID is the first job of its chain: continuations after a
     preemption or timeout are listed too, and INTERRUPTIONS shows for each stop its cause, the
     checkpoint step the next run resumed from, the steps redone (work lost) and the resume
-    latency (end of the stopped run to the start of the next).
+    latency (end of the stopped run to the start of the next). Result is the chain's end from
+    its event log; a chain whose newest job was cancelled before its script could log (a
+    pending continuation cancelled with scancel) ends "cancelled", from accounting.
     """
     from hpcjobs.cli.status import table
     from hpcjobs.slurm.history import job_history
@@ -52,7 +54,7 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
             # A continuation that has not reached accounting yet.
     interruptions = _interruptions(ref) if ref else []
     stops = _stops_by_run(ref)
-    final = ref.chain.final if ref else None
+    final, source = _final(ref, histories)
     if as_json:
         data = {
             "job_id": job_id,
@@ -60,6 +62,7 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
             "jobs": [_with_stops(h, stops) for h in histories],
             "interruptions": interruptions,
             "final": None if final is None else {"result": final.cause, "detail": final.detail},
+            "final_source": source if final is not None else None,
         }
         click.echo(json.dumps(data, indent=2))
         return
@@ -98,7 +101,7 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
         ]
         click.echo(table(headers, rows))
     if ref is not None:
-        _print_chain(ref, interruptions)
+        _print_chain(ref, interruptions, final)
 
 
 def _when(value: datetime | None) -> str:
@@ -125,7 +128,25 @@ def _interruptions(ref: ChainRef) -> list[dict[str, Any]]:
     ]
 
 
-def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]]) -> None:
+def _final(ref: ChainRef | None, histories: list[JobHistory]) -> tuple[Event | None, str]:
+    """How the chain ended, and where that comes from: ``"event log"`` or ``"accounting"``.
+
+    A job cancelled while pending never runs its script, so its chain's log may have no ``end``
+    (a plain ``scancel`` of a pending continuation): then a CANCELLED newest job ends it.
+    """
+    from hpcjobs.chain import ended_by_accounting
+
+    if ref is None:
+        return None, ""
+    if ref.chain.final is not None:
+        return ref.chain.final, "event log"
+    newest = [h for h in histories if h.job_id == ref.current and h.runs]
+    if not newest:
+        return None, ""
+    return ended_by_accounting(ref.chain, ref.current, newest[-1].runs[-1].state), "accounting"
+
+
+def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]], final: Event | None) -> None:
     from hpcjobs.cli.status import table
 
     click.echo()
@@ -146,7 +167,6 @@ def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]]) -> None:
         headers = ["#", "CAUSE", "JOB", "RESUMED FROM STEP", "STEPS LOST", "RESUME LATENCY"]
         click.echo("Interruptions:")
         click.echo(table(headers, rows))
-    final = ref.chain.final
     if final is None:
         click.echo("Result: still running")
     else:

@@ -177,7 +177,8 @@ def _wait_until_started(client: SlurmClient, job_id: str) -> None:
     while info is not None and info.get("JobState") == "PENDING":
         if not told:
             reason = info.get("Reason", "")
-            click.echo(f"==> job {job_id} is pending ({reason}); waiting for it to start", err=True)
+            why = "" if reason in ("", "None", "(null)") else f" ({reason})"
+            click.echo(f"==> job {job_id} is pending{why}; waiting for it to start", err=True)
             told = True
         time.sleep(next(delays))
         info = client.show_job(job_id)

@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from hpcjobs.cli.common import chains_for, slurm_access
 from hpcjobs.cli.options import host_option
 from hpcjobs.errors import EXIT_SLURM
+
+if TYPE_CHECKING:
+    from hpcjobs.chain import ChainRef
+    from hpcjobs.slurm.jobs import JobStatus
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -52,7 +57,9 @@ def status(
     Exits 3 if Slurm knows none of some ids.
 
     A job that hpcjobs continued after a preemption or timeout runs on under a new job id;
-    give the first id and status shows the chain's current job (a note on stderr says which).
+    give the first id and status shows the chain's current job (a note on stderr says which),
+    with CHAIN (the first id) and RUNS (runs of the whole chain); --json adds chain_root,
+    chain_jobs and runs to each job (null for a job that is not part of such a chain).
     """
     from hpcjobs.follow import Follower, PollSchedule
     from hpcjobs.slurm.client import check_job_ids
@@ -65,9 +72,10 @@ def status(
         if ref.current != root:
             click.echo(f"job {root} continues as job {ref.current}", err=True)
     ids = [chains[i].current if i in chains else i for i in ids]
+    by_current = {ref.current: ref for ref in chains.values()}
     if not watch:
         report = query_status(client, ids or None, mine=mine)
-        _show(report, as_json)
+        _show(report, as_json, by_current)
         _exit_for_unknown(ctx, report)
         return
     follower = Follower()
@@ -80,7 +88,7 @@ def status(
             if redraw:
                 click.echo("\x1b[H\x1b[2J", nl=False)
             click.echo(f"Every refresh: one Slurm query.  {time.strftime('%H:%M:%S')}")
-            _show(report, as_json)
+            _show(report, as_json, by_current)
             if report.unknown or (ids and follower.done()):
                 _exit_for_unknown(ctx, report)
                 return
@@ -89,37 +97,62 @@ def status(
         ctx.exit(130)
 
 
-def _show(report: object, as_json: bool) -> None:
+def _show(report: object, as_json: bool, chains: Mapping[str, ChainRef]) -> None:
     from hpcjobs.slurm.jobs import StatusReport
     from hpcjobs.slurm.parse import format_duration
 
     assert isinstance(report, StatusReport)
     if as_json:
         data = {
-            "jobs": [job.to_dict() for job in report.jobs],
+            "jobs": [{**job.to_dict(), **chain_fields(job, chains)} for job in report.jobs],
             "unknown": report.unknown,
             "accounting": report.accounting,
         }
         click.echo(json.dumps(data, indent=2))
         return
     if not report.jobs:
-        click.echo("No jobs.")
-    else:
-        rows = [
-            [
-                job.job_id,
-                job.name,
-                job.state,
-                job.reason or "-",
-                str(job.nodes if job.nodes is not None else "-"),
-                job.nodelist or "-",
-                format_duration(job.elapsed_s),
-                str(job.restarts),
-            ]
-            for job in report.jobs
+        if not report.unknown:  # else the error says it all
+            click.echo("No jobs.")
+        return
+    rows = [
+        [
+            job.job_id,
+            job.name,
+            job.state,
+            job.reason or "-",
+            str(job.nodes if job.nodes is not None else "-"),
+            job.nodelist or "-",
+            format_duration(job.elapsed_s),
+            str(job.restarts),
         ]
-        headers = ["JOBID", "NAME", "STATE", "REASON", "NODES", "NODELIST", "ELAPSED", "RESTARTS"]
-        click.echo(table(headers, rows))
+        for job in report.jobs
+    ]
+    headers = ["JOBID", "NAME", "STATE", "REASON", "NODES", "NODELIST", "ELAPSED", "RESTARTS"]
+    fields = [chain_fields(job, chains) for job in report.jobs]
+    if any(f["chain_root"] is not None for f in fields):
+        headers += ["CHAIN", "RUNS"]
+        for row, f in zip(rows, fields, strict=True):
+            row += [str(f["chain_root"] or "-"), str(f["runs"] if f["runs"] is not None else "-")]
+    click.echo(table(headers, rows))
+
+
+def chain_fields(job: JobStatus, chains: Mapping[str, ChainRef]) -> dict[str, Any]:
+    """What ``status`` adds for a job that is the newest of a chain hpcjobs follows.
+
+    ``chain_root`` is the chain's first job id, ``chain_jobs`` all of its ids, and ``runs`` how
+    many runs the chain has had: its ``start`` events, or what Slurm counts if that is more (runs
+    of the jobs before this one, this job's restarts, and its own run unless it is pending).
+    All three are None for a job that is not part of such a chain.
+    """
+    from hpcjobs.slurm.jobs import row_matches
+
+    ref = next((r for current, r in chains.items() if row_matches(current, job.job_id, "")), None)
+    if ref is None:
+        return {"chain_root": None, "chain_jobs": None, "runs": None}
+    ids = ref.chain.job_ids or [ref.root]
+    before = ids.index(ref.current) if ref.current in ids else len(ids) - 1
+    counted = before + job.restarts + (0 if job.state == "PENDING" else 1)
+    return {"chain_root": ref.root, "chain_jobs": ids, "runs": max(ref.chain.starts, counted)}
 
 
 def _exit_for_unknown(ctx: click.Context, report: object) -> None:

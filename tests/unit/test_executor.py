@@ -350,6 +350,7 @@ def watcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeWatcher]:
     fake = FakeWatcher()
     monkeypatch.setattr(HpcJob, "watcher", fake)
     monkeypatch.setattr(HpcJob, "_results_timeout_s", 0)
+    monkeypatch.setattr("hpcjobs.submitit_ext.queue_state", lambda job_id: None)
     yield fake
 
 
