@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hpcjobs.errors import HpcJobsError
 from hpcjobs.runner import Runner
+from hpcjobs.textlines import split_lines
 
 _KV = re.compile(r"(\w+)=(-?\d+)")
 _CONTINUED = re.compile(r"continued as job (\d+(?:_\d+)?)")
@@ -151,7 +152,7 @@ def format_event(event: Event) -> str:
 def parse_chain(text: str) -> Chain:
     """Parse a chain log; malformed lines (e.g. a line cut by a crash) are skipped."""
     events = []
-    for line in text.splitlines():
+    for line in split_lines(text):
         parts = line.split("\t")
         if len(parts) != 6:
             continue
@@ -165,8 +166,9 @@ def parse_chain(text: str) -> Chain:
 
 
 def read_chain(path: Path) -> Chain:
+    """The chain in a local event log (read as bytes: no newline translation); empty if none."""
     try:
-        return parse_chain(path.read_text())
+        return parse_chain(path.read_bytes().decode("utf-8", errors="replace"))
     except OSError:
         return Chain()
 

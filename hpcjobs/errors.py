@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from hpcjobs.textlines import split_lines
+
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -103,5 +105,5 @@ class TransportError(HpcJobsError):
 
 
 def _last_lines(text: str, count: int = 3) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    lines = [line.strip() for line in split_lines(text.strip()) if line.strip()]
     return " | ".join(lines[-count:])

@@ -94,20 +94,25 @@ class LocalRunner:
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                text=True,
                 env=child_env,
                 start_new_session=True,
             )
         except FileNotFoundError as exc:
             raise CommandNotFoundError(argv) from exc
         try:
-            out, err = proc.communicate(stdin, timeout=limit)
+            raw_out, raw_err = proc.communicate(
+                None if stdin is None else stdin.encode("utf-8"), timeout=limit
+            )
         except subprocess.TimeoutExpired as exc:
             _kill_group(proc)
             raise CommandTimeoutError(argv, limit) from exc
         except BaseException:
             _kill_group(proc)
             raise
+        # Bytes, decoded here: text mode would turn a "\r" inside a value (a job name) into a
+        # line break, and would fail on output that is not in the locale's encoding.
+        out = raw_out.decode("utf-8", errors="replace")
+        err = raw_err.decode("utf-8", errors="replace")
         result = Result(tuple(argv), proc.returncode, out, err)
         if check and proc.returncode != 0:
             raise CommandError(argv, proc.returncode, err, stdout=out)
@@ -134,7 +139,7 @@ def checked_argv(argv: Sequence[str]) -> list[str]:
     return items
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Kill the child's whole process group, then reap it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)

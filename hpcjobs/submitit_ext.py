@@ -57,6 +57,7 @@ from hpcjobs.slurm.arrays import parse_array, split_array
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.stopflag import signal_from_env
 from hpcjobs.submission import submit_rendered
+from hpcjobs.textlines import split_lines
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +282,7 @@ class HpcJob(submitit_slurm.SlurmJob[R]):
             f"Job {self.job_id} (task {task}) produced no result ({how}; state {self.state}).",
             f"Runs: {', '.join(chain.job_ids or [self.job_id])}; logs in {self.paths.folder}.",
         ]
-        tail = (self._get_logs_string("stderr") or "").strip().splitlines()[-20:]
+        tail = split_lines((self._get_logs_string("stderr") or "").strip())[-20:]
         if tail:
             lines += ["Last lines of the error stream:", *tail]
         return "\n".join(lines)

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from hpcjobs.config.cpulist import format_cpulist, parse_cpulist
+from hpcjobs.textlines import split_lines
 
 #: Fixed script run on the probed node; it takes no input, so nothing can be injected into it.
 PROBE_SCRIPT = r"""
@@ -78,7 +79,7 @@ def split_sections(text: str) -> dict[str, str]:
     """Split the probe output at its ``@@name`` markers."""
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
-    for line in text.splitlines():
+    for line in split_lines(text):
         if line.startswith("@@"):
             current = sections.setdefault(line[2:].strip(), [])
             continue
@@ -105,7 +106,7 @@ def parse_probe_output(text: str) -> ProbedNode:
 def parse_sysfs_numa(text: str) -> dict[int, list[int]]:
     """Parse ``<node> <cpulist>`` lines (from ``/sys/devices/system/node``)."""
     result: dict[int, list[int]] = {}
-    for line in text.splitlines():
+    for line in split_lines(text):
         parts = line.split(None, 1)
         if len(parts) != 2 or not parts[0].isdigit():
             continue
@@ -120,7 +121,7 @@ def parse_sysfs_numa(text: str) -> dict[int, list[int]]:
 def parse_lscpu(text: str) -> dict[int, list[int]]:
     """Parse ``lscpu -p=CPU,NODE`` into CPUs per NUMA node (a missing node counts as 0)."""
     result: dict[int, list[int]] = {}
-    for line in text.splitlines():
+    for line in split_lines(text):
         if not line.strip() or line.startswith("#"):
             continue
         parts = line.strip().split(",")
@@ -137,7 +138,7 @@ def parse_nvidia_topo(text: str) -> GpuTopology:
     A NIC counts as a GPU's rail NIC when the matrix says ``PIX`` or ``PXB`` (same PCIe switch).
     """
     topo = GpuTopology()
-    lines = [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
+    lines = [_ANSI.sub("", line).rstrip() for line in split_lines(text)]
     header: list[str] | None = None
     for line in lines:
         match = re.match(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", line)
@@ -180,7 +181,7 @@ def parse_ibv_devinfo(text: str) -> list[IbPort]:
         if device is not None and port is not None:
             ports.append(IbPort(device, port, info.get("state", ""), info.get("link_layer", "")))
 
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.strip()
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
@@ -199,7 +200,7 @@ def parse_ibv_devinfo(text: str) -> list[IbPort]:
 def parse_ib_numa(text: str) -> dict[str, int]:
     """Parse ``<device> <numa_node>`` lines; ``-1`` (no affinity) is left out."""
     result: dict[str, int] = {}
-    for line in text.splitlines():
+    for line in split_lines(text):
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             result[parts[0]] = int(parts[1])
@@ -208,7 +209,7 @@ def parse_ib_numa(text: str) -> dict[str, int]:
 
 def parse_default_route(text: str) -> str | None:
     """The interface of the default route in ``ip -o route show default`` output."""
-    for line in text.splitlines():
+    for line in split_lines(text):
         match = re.search(r"\bdev\s+(\S+)", line)
         if match:
             return match.group(1)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from hpcjobs.textlines import split_lines
+
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_./:]*)=")
 _RECORD_START = re.compile(r"^(NodeName|PartitionName)=", re.MULTILINE)
 _LEADING_INT = re.compile(r"^\s*(\d+)")
@@ -101,7 +103,7 @@ def parse_scontrol_records(text: str) -> list[dict[str, str]]:
     records = []
     for index, start in enumerate(starts):
         end = starts[index + 1] if index + 1 < len(starts) else len(text)
-        chunk = " ".join(line.strip() for line in text[start:end].splitlines())
+        chunk = " ".join(line.strip() for line in split_lines(text[start:end]))
         records.append(parse_key_values(chunk))
     return records
 
@@ -109,7 +111,7 @@ def parse_scontrol_records(text: str) -> list[dict[str, str]]:
 def parse_scontrol_config(text: str) -> dict[str, str]:
     """Parse ``scontrol show config`` (``Key   = Value`` lines) into a dict."""
     result: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in split_lines(text):
         key, sep, value = line.partition("=")
         key = key.strip()
         if sep and key and " " not in key:
@@ -152,7 +154,7 @@ def parse_sinfo_nodes(text: str) -> dict[str, NodeInfo]:
         Nodes by name, in first-seen order; ``partitions`` keeps sinfo's ``*`` default marker.
     """
     nodes: dict[str, NodeInfo] = {}
-    for line in text.splitlines():
+    for line in split_lines(text):
         fields = [f.strip() for f in line.split("|")]
         if len(fields) < 6 or not fields[0]:
             continue

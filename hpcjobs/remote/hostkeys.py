@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from hpcjobs.errors import ConfigError, TransportError
 from hpcjobs.remote.hostspec import format_host_port, parse_host_spec
+from hpcjobs.textlines import split_lines
 
 if TYPE_CHECKING:
     from hpcjobs.remote.sshconfig import Target
@@ -346,7 +347,7 @@ def read_known_hosts(path: Path) -> list[KnownKey]:
         TransportError: The file exists but cannot be read.
     """
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = path.read_bytes().decode("utf-8", errors="replace")
     except FileNotFoundError:
         return []
     except OSError as exc:
@@ -355,7 +356,7 @@ def read_known_hosts(path: Path) -> list[KnownKey]:
             hint="check the file's owner and permissions",
         ) from exc
     entries: list[KnownKey] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(split_lines(text), start=1):
         try:
             entry = parse_line(line, f"{path}:{number}")
         except ValueError as exc:

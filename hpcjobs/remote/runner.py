@@ -33,6 +33,7 @@ from hpcjobs.remote.hostspec import SITE_LOGIN_HOSTS, parse_host_spec
 from hpcjobs.remote.policy import ConnectRetry, TransientTransportError
 from hpcjobs.remote.sshconfig import Target, load_ssh_config, resolve_target
 from hpcjobs.runner import DEFAULT_TIMEOUT, Result, checked_argv
+from hpcjobs.textlines import split_lines
 
 if TYPE_CHECKING:
     import paramiko
@@ -370,7 +371,7 @@ def _remote_path(value: RemotePath) -> str:
 
 def _not_found(program: str, stderr: str) -> bool:
     """Whether a 127 exit came from the shell (or env) not finding ``program``."""
-    tail = stderr.strip().splitlines()[-1:] or [""]
+    tail = split_lines(stderr.strip())[-1:] or [""]
     line = tail[0]
     return program in line and ("not found" in line or "No such file or directory" in line)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from hpcjobs.errors import BadInputError, TransportError
 from hpcjobs.remote.hostspec import HostSpec, format_host_port, parse_host_spec
+from hpcjobs.textlines import split_lines
 
 if TYPE_CHECKING:
     from paramiko import SSHConfig
@@ -106,7 +107,7 @@ def load_ssh_config(paths: list[Path] | None = None) -> SSHConfig:
             continue
         try:
             text = _expand_includes(path, path.parent, 0)
-            config.parse(text.splitlines(keepends=True))
+            config.parse(split_lines(text))
         except (OSError, UnicodeDecodeError, paramiko.ssh_exception.ConfigParseError) as exc:
             raise TransportError(
                 f"cannot read the SSH client config {path}: {exc}",
@@ -232,7 +233,7 @@ def _expand_includes(path: Path, base: Path, depth: int) -> str:
     if depth > _MAX_INCLUDE_DEPTH:
         raise OSError(f"Include nests deeper than {_MAX_INCLUDE_DEPTH} levels in {path}")
     lines: list[str] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in split_lines(path.read_bytes().decode("utf-8")):
         match = _INCLUDE.match(line)
         if not match:
             lines.append(line)

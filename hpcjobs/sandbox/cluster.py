@@ -24,6 +24,7 @@ from hpcjobs.errors import CommandError, SandboxError
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.sandbox import confgen, packages, procs
 from hpcjobs.sandbox.layout import CLUSTER_NAME, Layout, Settings, default_state_dir
+from hpcjobs.textlines import split_lines
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class Sandbox:
 
     def _db_password(self) -> str:
         try:
-            for line in self.layout.slurmdbd_conf.read_text().splitlines():
+            for line in split_lines(self.layout.slurmdbd_conf.read_text()):
                 if line.startswith("StoragePass="):
                     return line.split("=", 1)[1]
         except FileNotFoundError:
@@ -381,7 +382,7 @@ class Sandbox:
         if not result.ok:
             return []
         seen: dict[str, NodeInfo] = {}
-        for line in result.stdout.splitlines():
+        for line in split_lines(result.stdout):
             parts = line.split("|")
             if len(parts) < 5:
                 continue
@@ -426,7 +427,7 @@ class Sandbox:
     def _partitions(self) -> list[dict[str, str]]:
         result = self.runner.run(["scontrol", "show", "partition", "-o"], check=False, timeout=30)
         parts = []
-        for line in result.stdout.splitlines():
+        for line in split_lines(result.stdout):
             fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
             if "PartitionName" in fields:
                 parts.append(
@@ -530,7 +531,7 @@ def _base_state(state: str) -> str:
 
 
 def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
+    lines = [line for line in split_lines(text.strip()) if line.strip()]
     return lines[-1] if lines else ""
 
 

@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 
 from hpcjobs.errors import CommandError, CommandNotFoundError, CommandTimeoutError, SlurmError
+from hpcjobs.textlines import split_lines
 
 
 class ErrorKind(enum.Enum):
@@ -96,7 +97,7 @@ def slurm_message(stderr: str) -> str:
     ``"sbatch: error: Batch job submission failed: Invalid partition name specified"``
     becomes ``"Batch job submission failed: Invalid partition name specified"``.
     """
-    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in split_lines(stderr.strip()) if ln.strip()]
     errors = [ln for ln in lines if re.search(r"\b(?:error|fatal)\b", ln, re.IGNORECASE)]
     line = (errors or lines or [""])[-1]
     return re.sub(r"^[\w.-]+: (?:error|fatal): ", "", line)

@@ -29,6 +29,7 @@ from hpcjobs.slurm.classify import (
     slurm_message,
 )
 from hpcjobs.slurm.retry import RetryPolicy
+from hpcjobs.textlines import split_lines
 
 log = logging.getLogger(__name__)
 
@@ -390,7 +391,7 @@ _SCANCEL_ERROR = re.compile(r"error on job id (\S+?):\s*(.+)$", re.IGNORECASE)
 def _scancel_job_errors(stderr: str) -> dict[str, str]:
     """Per-job errors in ``scancel -v`` stderr: unknown id, already finished, or a message."""
     errors: dict[str, str] = {}
-    for line in stderr.splitlines():
+    for line in split_lines(stderr):
         match = _SCANCEL_ERROR.search(line.strip())
         if not match:
             continue

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from hpcjobs.textlines import split_lines
+
 #: squeue ``--Format`` fields. ``Name`` comes last: it is free text and may contain ``|``.
 SQUEUE_FIELDS = (
     "JobArrayID",
@@ -121,7 +123,7 @@ def _records(
     text: str, fields: tuple[str, ...], *, trailing: bool, what: str
 ) -> Iterator[dict[str, str]]:
     """One ``{field: value}`` per non-blank line of ``|``-separated output."""
-    for line in text.splitlines():
+    for line in split_lines(text):
         if not line.strip():
             continue
         parts = _split(line, len(fields), trailing=trailing)
@@ -205,7 +207,7 @@ class TokenRow:
 def parse_token_rows(text: str) -> list[TokenRow]:
     """Parse ``squeue -h -O`` output made with :data:`TOKEN_FIELDS`."""
     rows = []
-    for line in text.splitlines():
+    for line in split_lines(text):
         if not line.strip():
             continue
         parts = _split(line, len(TOKEN_FIELDS), trailing=True)
@@ -225,7 +227,7 @@ def parse_sbatch_parsable(text: str) -> str:
     Raises:
         ValueError: no job id in the output.
     """
-    for line in reversed(text.strip().splitlines()):
+    for line in reversed(split_lines(text.strip())):
         match = _SBATCH_ID.match(line.strip())
         if match:
             return match.group(1)
@@ -258,7 +260,7 @@ def version_tuple(version: str) -> tuple[int, int]:
 def parse_config(text: str) -> dict[str, str]:
     """``scontrol show config`` as a dict of ``Key = Value`` lines (later sections ignored)."""
     values: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in split_lines(text):
         if " = " not in line:
             continue
         key, _, value = line.partition(" = ")
@@ -275,7 +277,7 @@ def parse_job_record(text: str) -> dict[str, str]:
     ``Key=`` whose key is a known-looking identifier after a space.
     """
     record: dict[str, str] = {}
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = next((ln for ln in split_lines(text) if ln.strip()), "")
     matches = list(re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=", line))
     for i, match in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
