@@ -183,13 +183,14 @@ def _site_files(folder: Path) -> list[Path]:
 
 
 def _hostname_patterns(path: Path) -> list[str]:
-    """The ``hostnames`` list of a site file; empty when the file cannot be read or parsed."""
-    import yaml
+    """The ``hostnames`` list of a site file; empty when the file cannot be read or parsed.
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return []
+    Read with the same bounds as any site config (:func:`~hpcjobs.config.yamlfile.read_yaml_file`):
+    a FIFO, a huge file or an alias bomb among the site files cannot stall site selection.
+    """
+    from hpcjobs.config.yamlfile import read_yaml_file
+
+    data = read_yaml_file(path).data
     patterns = data.get("hostnames") if isinstance(data, dict) else None
     if not isinstance(patterns, list):
         return []

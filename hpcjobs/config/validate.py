@@ -23,6 +23,7 @@ Locator = Callable[[KeyPath], tuple[str | None, int | None]]
 _SCHEMA_TAG = re.compile(
     r"^(nullable|(function-[a-z]+|json-or-python|lax-or-strict|tagged-union|union|chain)\[.*)$"
 )
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TYPE_ERRORS_WITH_INPUT = (
     "_type",
     "_parsing",
@@ -73,9 +74,49 @@ def validate_data(data: Mapping[str, Any]) -> tuple[SiteConfig | None, list[Find
     except ValidationError as exc:
         findings.extend(schema_findings(exc))
     findings.extend(check_site_data(data))
+    findings.extend(ssh_findings(data))
     if any(f.severity == "error" for f in findings):
         config = None
     return config, _dedupe(findings)
+
+
+def ssh_findings(data: Mapping[str, Any]) -> list[Finding]:
+    """``login_hosts`` and ``host_keys`` checked as connecting would check them.
+
+    A login host must be one that ``--host`` accepts, and every pinned key must parse the way
+    :func:`~hpcjobs.remote.hostkeys.parse_pinned` parses it when a connection is made, so that a
+    site config that validates never fails later for these keys. Values of the wrong type, or
+    with control characters, are left to the schema's own messages.
+    """
+    from hpcjobs.errors import BadInputError
+    from hpcjobs.remote.hostkeys import login_key_names, parse_pinned_line
+
+    findings: list[Finding] = []
+    hosts = data.get("login_hosts")
+    names: list[str] = []
+    have_hosts = False
+    for index, host in enumerate(hosts if isinstance(hosts, list) else []):
+        if not isinstance(host, str) or not host or _CONTROL.search(host):
+            continue
+        have_hosts = True
+        try:
+            names += login_key_names([host])
+        except BadInputError as exc:
+            hint = f" ({exc.hint})" if exc.hint else ""
+            findings.append(
+                Finding(("login_hosts", index), f"--host would refuse it: {exc.message}{hint}")
+            )
+    if have_hosts and not names:
+        names = ["login-host"]  # every login host is invalid (reported above): still check keys
+    keys = data.get("host_keys")
+    for index, line in enumerate(keys if isinstance(keys, list) else []):
+        if not isinstance(line, str) or _CONTROL.search(line):
+            continue
+        try:
+            parse_pinned_line(line, names, f"host_keys.{index}")
+        except ValueError as exc:
+            findings.append(Finding(("host_keys", index), f"not a valid known_hosts line: {exc}"))
+    return findings
 
 
 def schema_findings(exc: ValidationError, model: type[BaseModel] = SiteConfig) -> list[Finding]:

@@ -315,29 +315,55 @@ def parse_pinned(lines: Sequence[str], login_hosts: Sequence[str] = ()) -> list[
 
     Raises:
         ConfigError: A line is malformed, or has no host names and no login hosts are set.
+        BadInputError: A login host is malformed (as ``--host`` would find it).
     """
-    names = [_login_key_name(h) for h in login_hosts]
+    names = login_key_names(login_hosts)
     entries: list[KnownKey] = []
     for index, line in enumerate(lines):
         source = f"site config host_keys[{index}]"
-        text = line.strip()
         try:
-            if _KEY_TYPE.fullmatch(text.split(" ", 1)[0]):
-                if not names:
-                    raise ValueError("it names no host and the site config has no login_hosts")
-                text = f"{','.join(names)} {text}"
-            entry = parse_line(text, source)
+            entry = parse_pinned_line(line, names, source)
         except ValueError as exc:
             raise ConfigError(
                 f"{source} is not a valid known_hosts line: {exc}",
-                hint="copy the line from the login node's /etc/ssh/ssh_host_*_key.pub, "
-                "prefixed with its host names, or from 'ssh-keyscan HOST'",
+                hint=PINNED_HINT,
             ) from exc
         if entry is not None:
-            entries.append(
-                KnownKey(entry.patterns, entry.key_type, entry.blob, source, entry.revoked, True)
-            )
+            entries.append(entry)
     return entries
+
+
+#: How to write a pinned host key line.
+PINNED_HINT = (
+    "copy the line from the login node's /etc/ssh/ssh_host_*_key.pub, prefixed with its host "
+    "names, or from 'ssh-keyscan HOST'"
+)
+
+
+def login_key_names(login_hosts: Sequence[str]) -> list[str]:
+    """The ``known_hosts`` names of the site's login hosts (``host``, or ``[host]:port``).
+
+    Raises:
+        BadInputError: A login host is malformed (as ``--host`` would find it).
+    """
+    return [_login_key_name(h) for h in login_hosts]
+
+
+def parse_pinned_line(line: str, login_names: Sequence[str], source: str) -> KnownKey | None:
+    """One pinned ``host_keys`` line; a line without host names applies to ``login_names``.
+
+    Raises:
+        ValueError: The line is malformed, or names no host and ``login_names`` is empty.
+    """
+    text = line.strip()
+    if _KEY_TYPE.fullmatch(text.split(" ", 1)[0]):
+        if not login_names:
+            raise ValueError("it names no host and the site config has no login_hosts")
+        text = f"{','.join(login_names)} {text}"
+    entry = parse_line(text, source)
+    if entry is None:
+        return None
+    return KnownKey(entry.patterns, entry.key_type, entry.blob, source, entry.revoked, True)
 
 
 def read_known_hosts(path: Path) -> list[KnownKey]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -74,11 +75,14 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     path.write_text("name: x\n")
     path.chmod(0)
     if os.geteuid() == 0:  # root reads anything: simulate the permission error instead
+        real_open = os.open
 
-        def deny(self: Path) -> bytes:
-            raise PermissionError(13, "Permission denied", str(self))
+        def deny(name: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+            if str(name) == str(path):
+                raise PermissionError(13, "Permission denied", str(name))
+            return real_open(name, flags, *args, **kwargs)
 
-        monkeypatch.setattr(Path, "read_bytes", deny)
+        monkeypatch.setattr(os, "open", deny)
     report = validate_site_file(path)
     assert report.errors[0].format() == f"{path}: file is not readable (permission denied)"
 
