@@ -241,10 +241,10 @@ hpcjobs_check_checkpoint_dir() {
 hpcjobs_private_logs() {
     local info path
     info=$(timeout 20 scontrol show job "$SLURM_JOB_ID" 2>/dev/null) || return 0
+    # Each of StdOut= and StdErr= has a line of its own; a job name cannot fake one.
     while read -r path; do
         [[ -f $path && -O $path ]] && chmod go-rwx -- "$path" 2>/dev/null
-    done < <(grep -oE '(^|[[:space:]])Std(Out|Err)=[^[:space:]]+' <<<"$info" |
-        sed 's/^[[:space:]]*Std[a-zA-Z]*=//')
+    done < <(sed -n 's/^[[:space:]]\{1,\}Std\(Out\|Err\)=//p' <<<"$info")
     return 0
 }
 
