@@ -35,8 +35,9 @@ from typing import Any, Protocol
 from hpcjobs import __version__
 from hpcjobs.errors import BadInputError, HpcJobsError, SlurmError
 from hpcjobs.records import FileStore, LocalFiles, record_text, remember
+from hpcjobs.safetext import check_safe_text
 from hpcjobs.slurm.arrays import ArrayChunk, parse_array, split_array
-from hpcjobs.slurm.client import SlurmClient
+from hpcjobs.slurm.client import DEFAULT_MAX_ARRAY_SIZE, SlurmClient, sbatch_argv
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +87,93 @@ class SubmitResult:
 
 
 @dataclass
-class _Plan:
-    """The sbatch calls one submission makes."""
+class SubmissionPlan:
+    """Everything one submission will send, decided before anything is written or sent.
+
+    ``submit --dry-run`` prints it; :func:`submit_rendered` carries it out. Building it runs
+    every check a submission runs: the ``--array``, ``--dependency`` and ``--after`` syntax, the
+    comment, and the split of an array that does not fit ``MaxArraySize``.
+    """
 
     base_args: list[str]
     array: str | None
+    comment: str | None = None
     chunks: list[ArrayChunk] = field(default_factory=list)
     max_array_size: int | None = None
+
+    @property
+    def split(self) -> bool:
+        """Whether the array goes out as rebased chunks, one script and one job id each."""
+        return bool(self.chunks) and not (len(self.chunks) == 1 and self.chunks[0].offset == 0)
+
+    def script_names(self) -> list[str]:
+        """The script file of each sbatch call, in order."""
+        if not self.split:
+            return ["job.sh"]
+        return [f"job.chunk{i}.sh" for i in range(len(self.chunks))]
+
+    def calls(self, folder: Path, token: str) -> list[tuple[list[str], Path, str]]:
+        """``(sbatch options, script, token)`` per sbatch call."""
+        scripts = [folder / name for name in self.script_names()]
+        if not self.chunks:
+            return [(self.base_args, scripts[0], token)]
+        if not self.split:
+            return [([*self.base_args, f"--array={self.array}"], scripts[0], token)]
+        return [
+            ([*self.base_args, f"--array={chunk.spec.render()}"], script, f"{token}.{i}")
+            for i, (chunk, script) in enumerate(zip(self.chunks, scripts, strict=True))
+        ]
+
+    def argvs(self, folder: Path, token: str) -> list[list[str]]:
+        """The exact command line of each sbatch call (see :func:`sbatch_argv`)."""
+        return [
+            sbatch_argv(script, args, token=call_token, comment=self.comment)
+            for args, script, call_token in self.calls(folder, token)
+        ]
+
+
+def plan_submission(
+    rendered: RenderedJobLike,
+    *,
+    client: SlurmClient | None,
+    max_array_size: int | None = None,
+    after: Sequence[str] | None = None,
+) -> SubmissionPlan:
+    """Check what ``rendered`` would send and decide the sbatch calls; write and send nothing.
+
+    Args:
+        rendered: the rendered job.
+        client: asked for the cluster's ``MaxArraySize`` when an array needs it and
+            ``max_array_size`` is not given; None uses Slurm's default.
+        max_array_size: the cluster's ``MaxArraySize``, if known.
+        after: dependencies, each ``JOBID[:afterok|afterany|afternotok]``.
+
+    Raises:
+        BadInputError: a malformed array, dependency or comment (exit 2).
+        SlurmError: Slurm could not tell its ``MaxArraySize`` (exit 3).
+    """
+    args = list(rendered.sbatch_args)
+    array, args = take_option(args, "--array", "-a")
+    dependency, args = take_option(args, "--dependency", "-d")
+    comment, args = take_option(args, "--comment", None)
+    if comment is not None:
+        try:
+            check_safe_text(comment)
+        except ValueError as exc:
+            raise BadInputError(f"the job comment {comment!r} {exc}") from None
+    if array is None:
+        spec_array = getattr(rendered.spec, "array", None)
+        array = str(spec_array) if spec_array else None
+    dependency = _merge_dependency(dependency, after or [])
+    if dependency:
+        args.append(f"--dependency={dependency}")
+    if array is None:
+        return SubmissionPlan(args, None, comment)
+    spec = parse_array(array)
+    limit = max_array_size
+    if limit is None:
+        limit = client.max_array_size() if client is not None else DEFAULT_MAX_ARRAY_SIZE
+    return SubmissionPlan(args, array, comment, split_array(spec, limit), limit)
 
 
 def submit_rendered(
@@ -124,19 +205,9 @@ def submit_rendered(
         BadInputError: a malformed array, dependency or comment (exit 2).
         SlurmError: Slurm refused the job or could not be reached (exit 3).
     """
-    args = list(rendered.sbatch_args)
-    array, args = take_option(args, "--array", "-a")
-    dependency, args = take_option(args, "--dependency", "-d")
-    comment, args = take_option(args, "--comment", None)
-    if comment is not None and any(ord(c) < 32 or ord(c) == 127 for c in comment):
-        raise BadInputError(f"the job comment contains a control character: {comment!r}")
-    if array is None:
-        spec_array = getattr(rendered.spec, "array", None)
-        array = str(spec_array) if spec_array else None
-    dependency = _merge_dependency(dependency, after or [])
-    if dependency:
-        args.append(f"--dependency={dependency}")
-    plan = _plan(args, array, client, max_array_size)
+    plan = plan_submission(rendered, client=client, max_array_size=max_array_size, after=after)
+    args = plan.base_args
+    comment = plan.comment
 
     store = files or LocalFiles()
     token = secrets.token_hex(16)
@@ -167,7 +238,7 @@ def submit_rendered(
 
     job_ids: list[str] = []
     try:
-        for index, (chunk_args, script, chunk_token) in enumerate(_calls(plan, scripts, token)):
+        for index, (chunk_args, script, chunk_token) in enumerate(plan.calls(folder, token)):
             job_ids.append(client.submit(script, chunk_args, token=chunk_token, comment=comment))
             log.info("submitted chunk %d as job %s", index, job_ids[-1])
     except HpcJobsError as exc:
@@ -226,39 +297,14 @@ def _merge_dependency(existing: str | None, after: Sequence[str]) -> str | None:
     return ",".join(parts) or None
 
 
-def _plan(
-    args: list[str], array: str | None, client: SlurmClient, max_array_size: int | None
-) -> _Plan:
-    if array is None:
-        return _Plan(args, None)
-    spec = parse_array(array)
-    limit = max_array_size
-    if limit is None:
-        limit = client.max_array_size()
-    return _Plan(args, array, split_array(spec, limit), limit)
-
-
-def _calls(plan: _Plan, scripts: list[Path], token: str) -> list[tuple[list[str], Path, str]]:
-    """``(sbatch args, script, token)`` per sbatch call."""
-    if not plan.chunks:
-        return [(plan.base_args, scripts[0], token)]
-    if len(plan.chunks) == 1 and plan.chunks[0].offset == 0:
-        return [([*plan.base_args, f"--array={plan.array}"], scripts[0], token)]
-    return [
-        ([*plan.base_args, f"--array={chunk.spec.render()}"], script, f"{token}.{i}")
-        for i, (chunk, script) in enumerate(zip(plan.chunks, scripts, strict=True))
-    ]
-
-
-def _chunk_scripts(store: FileStore, folder: Path, script: str, plan: _Plan) -> list[Path]:
+def _chunk_scripts(
+    store: FileStore, folder: Path, script: str, plan: SubmissionPlan
+) -> list[Path]:
     """The script each sbatch call submits: ``job.sh``, or one per rebased chunk."""
-    if not plan.chunks or (len(plan.chunks) == 1 and plan.chunks[0].offset == 0):
-        return [folder / "job.sh"]
-    paths = []
-    for i, chunk in enumerate(plan.chunks):
-        path = folder / f"job.chunk{i}.sh"
-        store.write_text(str(path), with_offset(script, chunk.offset))
-        paths.append(path)
+    paths = [folder / name for name in plan.script_names()]
+    if plan.split:
+        for path, chunk in zip(paths, plan.chunks, strict=True):
+            store.write_text(str(path), with_offset(script, chunk.offset))
     return paths
 
 
@@ -268,7 +314,10 @@ def with_offset(script: str, offset: int) -> str:
     sbatch reads directives only up to the first command, so the header (shebang, comments,
     blank lines) stays first and intact.
     """
-    lines = script.splitlines(keepends=True)
+    # Lines end at "\n" only: bash does not break lines at U+2028, "\r" and friends, so
+    # neither may this (str.splitlines would, and could move text out of a comment).
+    lines = [line + "\n" for line in script.split("\n")]
+    lines[-1] = lines[-1][:-1]
     cut = 0
     while cut < len(lines) and (not lines[cut].strip() or lines[cut].lstrip().startswith("#")):
         cut += 1
@@ -282,7 +331,7 @@ def with_offset(script: str, offset: int) -> str:
     return "".join([*lines[:cut], block, *lines[cut:]])
 
 
-def _array_record(plan: _Plan, scripts: list[Path]) -> dict[str, Any] | None:
+def _array_record(plan: SubmissionPlan, scripts: list[Path]) -> dict[str, Any] | None:
     if plan.array is None:
         return None
     return {
@@ -343,8 +392,10 @@ __all__ = [
     "TASK_VAR",
     "RenderedJobLike",
     "SlurmError",
+    "SubmissionPlan",
     "SubmitResult",
     "parse_after",
+    "plan_submission",
     "submit_rendered",
     "take_option",
     "with_offset",

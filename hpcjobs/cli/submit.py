@@ -189,9 +189,10 @@ def submit(
     where = _remote_where(runner) if runner is not None else None
     rendered = _render(ctx, fields, site=site, where=where)
     if dry_run:
+        plan = _dry_run_plan(rendered, list(after))
         if host is None:
             _check_run_folder(rendered, None, None, reuse, dry_run=True)
-        _print_dry_run(rendered)
+        _print_dry_run(rendered, plan)
         return
     _submit(
         ctx,
@@ -210,7 +211,8 @@ def submit(
 @click.pass_context
 def render(ctx: click.Context, /, **fields: Any) -> None:
     """Print the job script and sbatch line without submitting (submit --dry-run)."""
-    _print_dry_run(_render(ctx, fields))
+    rendered = _render(ctx, fields)
+    _print_dry_run(rendered, _dry_run_plan(rendered, []))
 
 
 def _render(
@@ -308,23 +310,55 @@ def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def dry_run_text(rendered: Any) -> str:
-    """The script, then the sbatch command line as a trailing comment (so it stays a script)."""
+#: Stands for the submission's token in a dry run (a new one is drawn for every submission).
+DRY_RUN_TOKEN = "<token>"
+
+
+def dry_run_text(rendered: Any, plan: Any) -> str:
+    """The script, then every sbatch command line the submission would run, as comments.
+
+    The lines are exactly what ``submit`` runs (:meth:`SubmissionPlan.argvs`), with ``<token>``
+    for the token drawn at submission and ``SUBMITDIR`` for the folder that keeps the scripts
+    (``<output dir>/submit-<time>-<token>/``).
+    """
     script: str = rendered.script
     if not script.endswith("\n"):
         script += "\n"
-    argv = ["sbatch", *rendered.sbatch_args, "SCRIPT"]
-    return (
-        script
-        + "# --- dry run: nothing was submitted; hpcjobs would run ---\n"
-        + "# "
-        + shlex.join(argv)
-        + "\n"
-    )
+    lines = [
+        script,
+        "# --- dry run: nothing was submitted; hpcjobs would run"
+        " (SUBMITDIR: <output dir>/submit-<time>-<token>) ---\n",
+    ]
+    for argv in plan.argvs(Path("SUBMITDIR"), DRY_RUN_TOKEN):
+        lines.append("# " + shlex.join(argv) + "\n")
+    if plan.split:
+        lines.append(
+            f"# The array does not fit MaxArraySize={plan.max_array_size}: each chunk script is "
+            "the script above with HPCJOBS_ARRAY_OFFSET exported after its header.\n"
+        )
+    return "".join(lines)
 
 
-def _print_dry_run(rendered: Any) -> None:
-    click.echo(dry_run_text(rendered), nl=False)
+def _dry_run_plan(rendered: Any, after: list[str]) -> Any:
+    """The submission plan, with every check ``submit`` makes; Slurm is asked only for
+    ``MaxArraySize`` when an array needs it (Slurm's default when it cannot be reached)."""
+    from hpcjobs.runner import LocalRunner
+    from hpcjobs.slurm.client import SlurmClient
+    from hpcjobs.submission import plan_submission
+
+    try:
+        return plan_submission(rendered, client=SlurmClient(LocalRunner()), after=after)
+    except BadInputError:
+        raise
+    except HpcJobsError:
+        click.echo(
+            "Note: Slurm could not be asked for MaxArraySize; assuming its default.", err=True
+        )
+        return plan_submission(rendered, client=None, after=after)
+
+
+def _print_dry_run(rendered: Any, plan: Any) -> None:
+    click.echo(dry_run_text(rendered, plan), nl=False)
     inherited = sorted(k for k in os.environ if k.startswith(("SBATCH_", "SALLOC_", "SRUN_")))
     if inherited:
         click.echo(

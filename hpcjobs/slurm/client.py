@@ -74,6 +74,14 @@ def comment_for(token: str) -> str:
     return f"{TOKEN_PREFIX}{token}"
 
 
+def sbatch_argv(
+    script: str | Path, sbatch_args: Sequence[str], *, token: str, comment: str | None = None
+) -> list[str]:
+    """The exact ``sbatch`` command line :meth:`SlurmClient.submit` runs for one job."""
+    marker = comment_for(token) + (f" {comment}" if comment else "")
+    return ["sbatch", "--parsable", *sbatch_args, f"--comment={marker}", str(script)]
+
+
 def comment_has_token(comment: str, token: str) -> bool:
     """True if a job's comment carries exactly ``token``."""
     marker = comment_for(token)
@@ -209,13 +217,7 @@ class SlurmClient:
             SlurmCommandError: Slurm refused the job (permanent, at once) or could not be
                 reached within the retry budget.
         """
-        argv = [
-            "sbatch",
-            "--parsable",
-            *sbatch_args,
-            f"--comment={comment_for(token)}" + (f" {comment}" if comment else ""),
-            str(script),
-        ]
+        argv = sbatch_argv(script, sbatch_args, token=token, comment=comment)
         ambiguous = False
 
         def attempt() -> str:

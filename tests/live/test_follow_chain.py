@@ -1,8 +1,10 @@
 """Following chains on the sandbox: ``submit --wait`` latency, cancel, status and history.
 
 Jobs go through ``hpcjobs --site sandbox submit`` (the real batch script and event log). A
-pending continuation is made deterministic with ``--sbatch=--hold``: the continuation copies
-the job's sbatch options, so it stays held (PENDING, JobHeldUser) until it is cancelled.
+pending continuation is made deterministic with a blocker: a job that needs every node and is
+queued before the continuation, so that it takes the nodes when the first run ends and the
+continuation waits (PENDING) until it is cancelled. (A continuation does not copy one-shot
+options such as ``--hold``.)
 """
 
 from __future__ import annotations
@@ -163,7 +165,7 @@ def test_submit_wait_over_ssh_returns_within_seconds_of_the_end(
 
 
 def held_chain(login: Login, name: str) -> tuple[str, str, Path]:
-    """A chain whose first run stopped on the warning signal; its continuation is held.
+    """A chain whose first run stopped on the warning signal; its continuation is pending.
 
     Returns the root id, the continuation's id and the output folder.
     """
@@ -180,6 +182,11 @@ def held_chain(login: Login, name: str) -> tuple[str, str, Path]:
     login.slurm("scontrol", "release", root)
     log = out / f"chain-{root}.tsv"
     wait_for(f"job {root} to start", lambda: read_chain(log).starts >= 1, 180)
+    blocker = login.slurm(
+        "sbatch", "--parsable", "-p", "batch", "-N", "3", "--exclusive", "-J", "blocker",
+        "-o", "/dev/null", "--wrap", "sleep 600",
+    ).strip().split(";")[0]  # fmt: skip
+    login.jobs.append(blocker)
     login.slurm("scancel", "--batch", "--signal=USR2", root)
 
     def continued() -> str | None:
@@ -190,12 +197,17 @@ def held_chain(login: Login, name: str) -> tuple[str, str, Path]:
     new = wait_for(f"job {root} to continue", continued, 60)
     login.jobs.append(new)
     wait_for(f"job {root} to end", lambda: not login.state(root).startswith("RUNNING"), 60)
-    assert login.state(new) == "PENDING JobHeldUser"
+    wait_for(f"job {blocker} to take the nodes", lambda: login.state(blocker) == "RUNNING None", 60)
+    assert login.state(new).startswith("PENDING"), login.state(new)
     return root, new, out
 
 
 def test_status_logs_cancel_and_history_of_a_pending_continuation(login: Login) -> None:
     root, new, out = held_chain(login, "live-chain-cancel")
+    # The continuation did not copy the first run's --hold, and kept the chain's token.
+    assert "JobHeldUser" not in login.state(new)
+    comment = login.slurm("squeue", "-h", "-j", new, "-o", "%k").strip()
+    assert comment.startswith("hpcjobs:") and len(comment) > len("hpcjobs:"), comment
     # status: the chain's current job, its root and its runs.
     status = login.hpcjobs("status", "--json", root)
     (job,) = json.loads(status.stdout)["jobs"]
@@ -217,7 +229,8 @@ def test_status_logs_cancel_and_history_of_a_pending_continuation(login: Login) 
     finally:
         follower.terminate()
         follower.wait(timeout=30)
-    assert first.startswith(f"==> job {new} is pending (JobHeldUser); waiting"), first
+    assert first.startswith(f"==> job {new} is pending ("), first
+    assert "waiting" in first and "None" not in first, first
     # cancel: the held continuation never runs its script; cancel logs the chain's end.
     cancelled = login.hpcjobs("cancel", root)
     assert f"cancelled {new}" in cancelled.stdout, cancelled

@@ -23,6 +23,7 @@ from hpcjobs.errors import BadInputError
 from hpcjobs.jobspec import load_job_file, parse_spec
 from hpcjobs.render import render_job
 from hpcjobs.resources import site_configs_dir
+from hpcjobs.submission import plan_submission
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS_DIR = ROOT / "data" / "jobs"
@@ -54,7 +55,8 @@ def golden_output(site_name: str, job: str) -> tuple[str, str]:
         rendered = render_job(spec, site)
     except BadInputError as exc:
         return ".error", f"exit {exc.exit_code}: {exc.message}\n"
-    return ".sh", dry_run_text(rendered)
+    plan = plan_submission(rendered, client=None, max_array_size=1001)
+    return ".sh", dry_run_text(rendered, plan)
 
 
 @pytest.mark.parametrize(("site_name", "job"), CASES, ids=[f"{s}-{j}" for s, j in CASES])

@@ -116,6 +116,7 @@ exit 0
 printf '%s\\n' ${STUB_SACCT_RUNS:-}
 """,
     "squeue": """#!/bin/bash
+if [[ " $* " == *" %k "* ]]; then echo "${STUB_COMMENT:-(null)}"; exit 0; fi
 echo "${STUB_TIME_LEFT:-UNLIMITED}"
 """,
     "sbatch": """#!/bin/bash
@@ -408,3 +409,27 @@ def test_begin_sets_aside_a_log_left_by_an_earlier_job_with_the_same_id(tmp_path
     assert [e.split("\t")[3] for e in events] == ["start"]
     assert list(run_dir.glob("chain-300.tsv.stale-*"))
     assert not (run_dir / "DONE-300").exists()
+
+
+def test_continuation_drops_one_shot_options_and_keeps_the_chain_token(tmp_path: Path) -> None:
+    env = _library_env(tmp_path, STUB_COMMENT="hpcjobs:0123abcd my sweep", HPCJOBS_SIGNAL_LEAD="60")
+    script = (
+        "HPCJOBS_SBATCH_ARGS=(--job-name=x --hold -H --begin=now+1hour -b 16:00 "
+        "--comment=mine --nodes=2 -a3 --dependency=afterok:1)\n"
+        "hpcjobs_continue preemption"
+    )
+    proc = _bash(script, env)
+    assert proc.returncode == 0, proc.stderr
+    (call,) = [
+        line
+        for line in (tmp_path / "calls.log").read_text().splitlines()
+        if line.startswith("sbatch")
+    ]
+    words = call.split(" ")
+    assert "--job-name=x" in words and "--nodes=2" in words
+    for one_shot in ("--hold", "-H", "--begin=now+1hour", "-b", "16:00", "-a3", "--comment=mine"):
+        assert one_shot not in words, call
+    assert words.count("--dependency=afterany:300") == 1
+    assert "--comment=hpcjobs:0123abcd" in words and call.split("--comment=")[1].startswith(
+        "hpcjobs:0123abcd my sweep "
+    )

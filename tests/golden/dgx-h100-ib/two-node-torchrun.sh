@@ -65,7 +65,7 @@ hpcjobs_bind_exec() {
   # only; a binding that cannot be applied here is skipped, never fatal.
   local cpus=$1 mems=$2
   shift 2
-  if [ -z "$cpus" ]; then exec "$@"; fi
+  if [ -z "$cpus" ]; then exec -- "$@"; fi
   if command -v numactl >/dev/null 2>&1; then
     if [ -n "$mems" ] && numactl --physcpubind="$cpus" --membind="$mems" true 2>/dev/null; then
       exec numactl --physcpubind="$cpus" --membind="$mems" -- "$@"
@@ -75,16 +75,16 @@ hpcjobs_bind_exec() {
     fi
   elif command -v taskset >/dev/null 2>&1; then
     if taskset -c "$cpus" true 2>/dev/null; then
-      exec taskset -c "$cpus" "$@"
+      exec taskset -c "$cpus" env -- "$@"
     fi
   else
     if [ "${LOCAL_RANK:-0}" = 0 ]; then
       hpcjobs_note "neither numactl nor taskset is installed on $(hostname): ranks run unbound"
     fi
-    exec "$@"
+    exec -- "$@"
   fi
   hpcjobs_note "cannot bind local rank ${LOCAL_RANK:-0} to CPUs $cpus on $(hostname): it runs unbound"
-  exec "$@"
+  exec -- "$@"
 }
 hpcjobs_rank() {
   # Runs as each rank: sets its variables and placement, then becomes "$@".
@@ -159,7 +159,7 @@ hpcjobs_start() {
   # Become "$@" with the warning signal ignored: Slurm signals every process of a step, so
   # launchers (torchrun) must not die of it, and a program opts in by installing a handler.
   trap '' USR2
-  exec "$@"
+  exec -- "$@"
 }
 export -f hpcjobs_start
 hpcjobs_wait() {
@@ -223,8 +223,9 @@ hpcjobs_chain_file() {
 # seconds when the event happened, if not now).
 hpcjobs_event() {
     local detail=${3//[$'\t\n']/ }
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "${4:-$(date +%s.%N)}" "$(hpcjobs_self_id)" \
-        "${SLURM_RESTART_COUNT:-0}" "$1" "$2" "$detail" >>"$(hpcjobs_chain_file)"
+    # umask 077: the log stays private also in an output folder that others may read.
+    (umask 077 && printf '%s\t%s\t%s\t%s\t%s\t%s\n' "${4:-$(date +%s.%N)}" "$(hpcjobs_self_id)" \
+        "${SLURM_RESTART_COUNT:-0}" "$1" "$2" "$detail" >>"$(hpcjobs_chain_file)")
 }
 
 # hpcjobs_count EVENT [CAUSE]: how many such events the chain has.
@@ -263,7 +264,7 @@ hpcjobs_is_done() {
 }
 
 hpcjobs_mark_done() {
-    : >"$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT"
+    (umask 077 && : >"$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT")
 }
 
 # hpcjobs_budget CAUSE: the per-cause requeue budget.
@@ -328,8 +329,21 @@ hpcjobs_check_checkpoint_dir() {
 
 # hpcjobs_begin: call once at the top of the job, before the workload starts.
 # Exits the job when it is already finished or out of budget.
+# hpcjobs_private_logs: Slurm creates the job's output files with the job's umask; make them
+# private, as everything else hpcjobs writes (the output folder may be readable by others).
+hpcjobs_private_logs() {
+    local info path
+    info=$(timeout 20 scontrol show job "$SLURM_JOB_ID" 2>/dev/null) || return 0
+    # Each of StdOut= and StdErr= has a line of its own; a job name cannot fake one.
+    while read -r path; do
+        [[ -f $path && -O $path ]] && chmod go-rwx -- "$path" 2>/dev/null
+    done < <(sed -n 's/^[[:space:]]\{1,\}Std\(Out\|Err\)=//p' <<<"$info")
+    return 0
+}
+
 hpcjobs_begin() {
-    mkdir -p "$HPCJOBS_RUN_DIR"
+    (umask 077 && mkdir -p -- "$HPCJOBS_RUN_DIR")
+    hpcjobs_private_logs
     # A continuation carries its chain's root; anything else starts a chain of its own.
     local self
     self=$(hpcjobs_self_id)
@@ -492,13 +506,16 @@ hpcjobs_no_slurm_requeue() {
 }
 
 # hpcjobs_continue CAUSE: submit the continuation job and stop Slurm requeueing this one.
+# The continuation gets this job's options except the one-shot ones (array, dependency, hold,
+# begin time) and this job's comment, which carries the chain's submission token.
 hpcjobs_continue() {
-    local args=() arg new skip=0 root=${HPCJOBS_CHAIN_ROOT:-$(hpcjobs_self_id)}
+    local args=() arg new skip=0 comment root=${HPCJOBS_CHAIN_ROOT:-$(hpcjobs_self_id)}
     for arg in "${HPCJOBS_SBATCH_ARGS[@]}"; do
         if ((skip)); then skip=0; continue; fi
         case $arg in
-            --array=* | --dependency=*) continue ;;
-            -a | -d | --array | --dependency) skip=1; continue ;;
+            --array=* | --dependency=* | --begin=* | --comment=* | --hold | -H) continue ;;
+            -a | -d | -b | --array | --dependency | --begin | --comment) skip=1; continue ;;
+            -a* | -d* | -b*) continue ;;
             --output=* | --error=*)
                 # Every run of the chain appends to the first run's log file.
                 arg=${arg//%j/$root}
@@ -508,6 +525,8 @@ hpcjobs_continue() {
         args+=("$arg")
     done
     [[ -n ${SLURM_ARRAY_TASK_ID:-} ]] && args+=("--array=$SLURM_ARRAY_TASK_ID")
+    comment=$(timeout 20 squeue -h -j "$SLURM_JOB_ID" -o %k 2>/dev/null | head -n 1)
+    [[ -n $comment && $comment != "(null)" ]] && args+=("--comment=$comment")
     # A clean environment: the new job must not inherit this job's SLURM_* settings.
     local unset_vars=() name
     for name in $(compgen -e); do
@@ -613,5 +632,5 @@ hpcjobs_wait
 # Finished, failed, or continued from the last checkpoint: hpcjobs_finish decides from the
 # cause (preemption, timeout, node failure) and the budget, not from the exit code.
 exit "$(hpcjobs_finish "$hpcjobs_status" "$hpcjobs_signal_seen")"
-# --- dry run: nothing was submitted; hpcjobs would run ---
-# sbatch --job-name=torchrun-small --partition=batch --nodes=2 --ntasks-per-node=1 --cpus-per-task=224 --gpus-per-node=h100:8 --time=00:45:00 --output=/home/user/hpcjobs/runs/torchrun-small/slurm-%j.out --open-mode=append --signal=B:USR2@300 --requeue SCRIPT
+# --- dry run: nothing was submitted; hpcjobs would run (SUBMITDIR: <output dir>/submit-<time>-<token>) ---
+# sbatch --parsable --job-name=torchrun-small --partition=batch --nodes=2 --ntasks-per-node=1 --cpus-per-task=224 --gpus-per-node=h100:8 --time=00:45:00 --output=/home/user/hpcjobs/runs/torchrun-small/slurm-%j.out --open-mode=append --signal=B:USR2@300 --requeue '--comment=hpcjobs:<token>' SUBMITDIR/job.sh
