@@ -239,16 +239,17 @@ CAUSES = ("preemption", "timeout", "node_failure", "application")
 
 def parse_max_requeues(item: str, current: dict[str, Any]) -> dict[str, Any]:
     """``--max-requeues 5`` (total) or ``--max-requeues preemption=3`` (one cause)."""
+    from hpcjobs.safetext import require_int
+
     name, sep, value = item.partition("=")
-    count_text = value if sep else name
-    if not count_text.strip().isdigit():
-        raise BadInputError(
-            f"--max-requeues expects N or CAUSE=N, not {item!r}",
-            hint=f"for example --max-requeues 10 or --max-requeues preemption=3; causes: "
-            f"{', '.join(CAUSES)}",
-        )
+    count = require_int(
+        value if sep else name,
+        f"--max-requeues {item!r}",
+        hint=f"for example --max-requeues 10 or --max-requeues preemption=3; causes: "
+        f"{', '.join(CAUSES)}",
+    )
     if not sep:
-        return {"max_total": int(count_text)}
+        return {"max_total": count}
     cause = name.strip().replace("-", "_")
     if cause not in CAUSES:
         raise BadInputError(
@@ -256,7 +257,7 @@ def parse_max_requeues(item: str, current: dict[str, Any]) -> dict[str, Any]:
             hint=f"causes: {', '.join(CAUSES)}",
         )
     budget = dict(current.get("max_requeues", {}))
-    budget[cause] = int(count_text)
+    budget[cause] = count
     return {"max_requeues": budget}
 
 
@@ -265,18 +266,18 @@ def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
     from hpcjobs.jobspec import parse_env_options, parse_signal_option
 
     requeue: dict[str, Any] = {}
-    if flags.get("signal"):
+    if flags.get("signal") is not None:
         requeue.update(parse_signal_option(flags["signal"]))
     if flags.get("requeue") is not None:
         requeue["enabled"] = flags["requeue"]
     for item in flags.get("max_requeues") or ():
         requeue.update(parse_max_requeues(item, requeue))
     container: dict[str, Any] | None = None
-    if flags.get("container_image"):
+    if flags.get("container_image") is not None:
         container = {"image": flags["container_image"]}
         if flags.get("container_mount"):
             container["mounts"] = list(flags["container_mount"])
-        if flags.get("container_workdir"):
+        if flags.get("container_workdir") is not None:
             container["workdir"] = flags["container_workdir"]
     elif flags.get("container_mount") or flags.get("container_workdir"):
         raise BadInputError("--container-mount and --container-workdir need --container-image")
