@@ -4,9 +4,10 @@ A :class:`JobSpec` holds only what the user said; :func:`resolve_spec` fills in 
 defaults and checks the request against the partition (GPUs, nodes, time), so that a bad
 request stops with exit 2 before anything reaches Slurm.
 
-Every string a user gives may end up in a batch script or in Slurm's database, so control
-characters (newlines, tabs, escapes) are refused everywhere; quotes, ``$( )``, spaces and
-non-ASCII text are fine, because rendering quotes every value.
+Every string a user gives may end up in a batch script or in Slurm's database, so only safe
+text (:mod:`hpcjobs.safetext`: no control characters, no line separators, valid UTF-8) is
+accepted anywhere; quotes, ``$( )``, spaces and non-ASCII text are fine, because rendering
+quotes every value. Numbers, signal and variable names follow the same module's rules.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import logging
 import os
 import re
 import shlex
-import signal as _signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,18 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from hpcjobs.config.models import Partition, SiteConfig
 from hpcjobs.config.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError
+from hpcjobs.safetext import (
+    MAX_COUNT,
+    check_env_name,
+    check_fits_one_argument,
+    check_not_option,
+    check_pattern,
+    check_safe,
+    check_signal_name,
+    int_checker,
+    parse_int,
+    shown,
+)
 
 Launcher = Literal["srun", "torchrun", "none"]
 LAUNCHERS: tuple[Launcher, ...] = ("srun", "torchrun", "none")
@@ -41,13 +53,12 @@ SIGNAL_EARLY_S = 60
 
 log = logging.getLogger(__name__)
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_WORD = re.compile(r"^[A-Za-z0-9._-]+$")
-_ARRAY_ITEM = r"\d+(?:-\d+(?::\d+)?)?"
-_ARRAY = re.compile(rf"^{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%\d+)?$")
-_DEPENDENCY = re.compile(r"^[A-Za-z0-9_:+,?]+$")
-_SIGNAL_AT = re.compile(r"^(?:B:)?([A-Za-z0-9]+)?(?:@(\d+))?$")
+_WORD = re.compile(r"[A-Za-z0-9._-]+")
+_ARRAY_ITEM = r"[0-9]+(?:-[0-9]+(?::[0-9]+)?)?"
+_ARRAY = re.compile(rf"{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%[0-9]+)?")
+_DEPENDENCY = re.compile(r"[A-Za-z0-9_:+,?]+")
+_SIGNAL_AT = re.compile(r"(?:B:)?([A-Za-z0-9]+)?(?:@([0-9]+))?")
+_NUMBER = re.compile(r"[0-9]+")
 
 #: Variables hpcjobs sets for every rank; a job may not set them itself.
 MANAGED_ENV = frozenset(
@@ -62,19 +73,14 @@ MANAGED_ENV = frozenset(
         "CUDA_VISIBLE_DEVICES",
     }
 )
-_RESERVED_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "HPCJOBS_", "BASH_FUNC_")
 
 
 def _no_control(value: str) -> str:
-    if _CONTROL.search(value):
-        raise ValueError("must not contain newlines, tabs or other control characters")
-    return value
+    return check_safe(value)
 
 
 def _word(value: str) -> str:
-    if not _WORD.match(value):
-        raise ValueError(f"{value!r} may only contain letters, digits, '.', '_' and '-'")
-    return value
+    return check_pattern(value, _WORD, "may only contain letters, digits, '.', '_' and '-'")
 
 
 def _int_to_str(value: object) -> object:
@@ -89,13 +95,7 @@ def _int_to_str(value: object) -> object:
 
 
 def _env_name(value: str) -> str:
-    if not _ENV_NAME.match(value):
-        raise ValueError(f"{value!r} is not a valid environment variable name")
-    if value.startswith(_RESERVED_ENV_PREFIXES):
-        raise ValueError(f"{value!r} is reserved for Slurm and hpcjobs")
-    if value in MANAGED_ENV:
-        raise ValueError(f"{value!r} is set by hpcjobs for every rank")
-    return value
+    return check_env_name(value, managed=MANAGED_ENV)
 
 
 def _time(value: str) -> str:
@@ -104,30 +104,26 @@ def _time(value: str) -> str:
 
 
 def _signal_name(value: str) -> str:
-    bare = value.upper().removeprefix("SIG")
-    if not hasattr(_signal, f"SIG{bare}") or bare in {"KILL", "STOP"}:
-        raise ValueError(f"{value!r} is not a signal a job can catch (for example USR2, TERM)")
-    return bare
+    return check_signal_name(value)
 
 
 def _array(value: str) -> str:
-    if not _ARRAY.match(value):
-        raise ValueError(f"{value!r} is not a Slurm array (for example 0-15, 1,3,5, 0-99%10)")
+    check_pattern(value, _ARRAY, "is not a Slurm array (for example 0-15, 1,3,5, 0-99%10)")
+    for number in _NUMBER.findall(value):
+        parse_int(number)
     return value
 
 
 def _dependency(value: str) -> str:
-    if not _DEPENDENCY.match(value):
-        raise ValueError(
-            f"{value!r} is not a Slurm dependency (for example afterok:123, singleton)"
-        )
-    return value
+    return check_pattern(
+        value, _DEPENDENCY, "is not a Slurm dependency (for example afterok:123, singleton)"
+    )
 
 
 def _mount(value: str) -> str:
     if "," in value or not value.strip():
         raise ValueError(f"{value!r} is not a mount: use SRC[:DST[:FLAGS]] without commas")
-    return value
+    return check_not_option(value)
 
 
 def _command(value: object) -> object:
@@ -139,13 +135,44 @@ def _command(value: object) -> object:
     return value
 
 
+def _program(value: list[str]) -> list[str]:
+    """The command's first word names the program: not empty, not an option."""
+    if value and not value[0].strip():
+        raise ValueError("the program to run (the command's first word) is empty")
+    if value:
+        check_not_option(value[0])
+    return value
+
+
+def _count(minimum: int, maximum: int = MAX_COUNT) -> BeforeValidator:
+    """A whole number in ``minimum..maximum``: an int or ASCII digits, never a bool or float."""
+    return BeforeValidator(int_checker(minimum, maximum, text_ok=True))
+
+
+def _strict_bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, not {value!r}")
+    return value
+
+
 SafeStr = Annotated[str, AfterValidator(_no_control)]
-Text = Annotated[str, BeforeValidator(_int_to_str), AfterValidator(_no_control)]
+Text = Annotated[
+    str,
+    BeforeValidator(_int_to_str),
+    AfterValidator(_no_control),
+    AfterValidator(check_fits_one_argument),
+]
 Word = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_word)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
-SlurmTime = Annotated[str, BeforeValidator(_int_to_str), AfterValidator(_time)]
+SlurmTime = Annotated[
+    str, BeforeValidator(_int_to_str), AfterValidator(_no_control), AfterValidator(_time)
+]
 SignalName = Annotated[str, AfterValidator(_signal_name)]
 Mount = Annotated[str, AfterValidator(_no_control), AfterValidator(_mount)]
+Program = Annotated[
+    str, Field(min_length=1), AfterValidator(_no_control), AfterValidator(check_not_option)
+]
+Flag = Annotated[bool, BeforeValidator(_strict_bool)]
 
 
 class _Model(BaseModel):
@@ -155,9 +182,9 @@ class _Model(BaseModel):
 class ContainerSpec(_Model):
     """The container image a job runs in, and what to mount into it."""
 
-    image: Annotated[SafeStr, Field(min_length=1)]
+    image: Program
     mounts: list[Mount] = Field(default_factory=list)
-    workdir: SafeStr | None = None
+    workdir: Annotated[SafeStr, Field(min_length=1)] | None = None
 
 
 class RequeuePolicy(_Model):
@@ -166,14 +193,14 @@ class RequeuePolicy(_Model):
     Unset fields come from the site's ``requeue`` section.
     """
 
-    enabled: bool = True
+    enabled: Flag = True
     signal: SignalName | None = None
-    lead_time: Annotated[int, Field(ge=1, le=MAX_SIGNAL_LEAD)] | None = None
+    lead_time: Annotated[int, _count(1, MAX_SIGNAL_LEAD)] | None = None
     max_requeues: dict[
         Literal["preemption", "timeout", "node_failure", "application"],
-        Annotated[int, Field(ge=0)],
+        Annotated[int, _count(0)],
     ] = Field(default_factory=dict)
-    max_total: Annotated[int, Field(ge=0)] | None = None
+    max_total: Annotated[int, _count(0)] | None = None
 
 
 class JobSpec(_Model):
@@ -181,15 +208,17 @@ class JobSpec(_Model):
 
     name: Annotated[SafeStr, Field(min_length=1, max_length=200)] | None = None
     partition: Word | None = None
-    nodes: Annotated[int, Field(ge=1)] = 1
-    gpus_per_node: Annotated[int, Field(ge=0)] | None = None
-    ntasks_per_node: Annotated[int, Field(ge=1)] | None = None
-    cpus_per_task: Annotated[int, Field(ge=1)] | None = None
+    nodes: Annotated[int, _count(1)] = 1
+    gpus_per_node: Annotated[int, _count(0)] | None = None
+    ntasks_per_node: Annotated[int, _count(1)] | None = None
+    cpus_per_task: Annotated[int, _count(1)] | None = None
     time: SlurmTime | None = None
     account: Word | None = None
     qos: Word | None = None
     launcher: Launcher | None = None
-    command: Annotated[list[Text], BeforeValidator(_command)] = Field(default_factory=list)
+    command: Annotated[list[Text], BeforeValidator(_command), AfterValidator(_program)] = Field(
+        default_factory=list
+    )
     env: dict[EnvName, Text] = Field(default_factory=dict)
     container: ContainerSpec | None = None
     array: Annotated[str, AfterValidator(_array)] | None = None
@@ -200,9 +229,9 @@ class JobSpec(_Model):
     chdir: Annotated[SafeStr, Field(min_length=1)] | None = None
     template: Word = "job"
     sbatch_options: list[SafeStr] = Field(default_factory=list)
-    nccl_debug: bool = False
-    bind: bool = True
-    torchrun: Annotated[SafeStr, Field(min_length=1)] = "torchrun"
+    nccl_debug: Flag = False
+    bind: Flag = True
+    torchrun: Program = "torchrun"
 
 
 def parse_spec(data: Mapping[str, Any], *, source: str = "job") -> JobSpec:
@@ -293,17 +322,21 @@ def parse_signal_option(value: str) -> dict[str, Any]:
     Raises:
         BadInputError: The value is not of that form.
     """
-    match = _SIGNAL_AT.match(value.strip())
+    hint = "for example --signal USR2@300: send SIGUSR2 300 s before the time limit"
+    match = _SIGNAL_AT.fullmatch(value)
     if not match or not any(match.groups()):
-        raise BadInputError(
-            f"--signal {value!r} is not of the form SIG[@SECONDS]",
-            hint="for example --signal USR2@300: send SIGUSR2 300 s before the time limit",
-        )
+        raise BadInputError(f"--signal {value!r} is not of the form SIG[@SECONDS]", hint=hint)
     result: dict[str, Any] = {}
     if match.group(1):
-        result["signal"] = match.group(1)
+        try:
+            result["signal"] = check_signal_name(match.group(1))
+        except ValueError as exc:
+            raise BadInputError(f"--signal: {exc}", hint=hint) from None
     if match.group(2):
-        result["lead_time"] = int(match.group(2))
+        try:
+            result["lead_time"] = parse_int(match.group(2), minimum=1, maximum=MAX_SIGNAL_LEAD)
+        except ValueError as exc:
+            raise BadInputError(f"--signal {value!r}: lead time {exc}", hint=hint) from None
     return result
 
 
@@ -579,7 +612,7 @@ def _format_errors(exc: ValidationError, flag_keys: frozenset[str] = frozenset()
 
 
 def _is_tag(part: int | str) -> bool:
-    return str(part).startswith(("function-", "constrained-"))
+    return str(part).startswith(("function-", "constrained-")) or part == "[key]"
 
 
 def _dotted(loc: Sequence[int | str]) -> str:
@@ -588,7 +621,7 @@ def _dotted(loc: Sequence[int | str]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         elif not _is_tag(part):
-            out += f".{part}" if out else str(part)
+            out += f".{shown(part)}" if out else shown(part)
     return out
 
 

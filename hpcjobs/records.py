@@ -227,10 +227,10 @@ def expand_output_pattern(
             return match.group(0)
         return value.zfill(int(width)) if width and value.isdigit() else value
 
-    return re.sub(r"%(\d*)([jAaxu%])", fill, pattern)
+    return re.sub(r"%([0-9]{0,2})([jAaxu%])", fill, pattern)
 
 
 def _safe_id(job_id: str) -> str:
-    if not re.fullmatch(r"\d+(?:_\d+)?", job_id):
+    if not re.fullmatch(r"[0-9]+(?:_[0-9]+)?", job_id):
         raise BadInputError(f"not a job id: {job_id!r}")
     return job_id

@@ -35,7 +35,7 @@ from hpcjobs.tuning import EnvVar, is_tuning_var, tuning_env
 
 #: Characters an ``#SBATCH`` line may hold and still mean exactly what it says: no blanks,
 #: quotes, backslashes or ``#`` (which sbatch's directive parser would interpret).
-_DIRECTIVE_SAFE = re.compile(r"^--[a-z][a-z-]*(=[A-Za-z0-9._:@%/+,=-]+)?$")
+_DIRECTIVE_SAFE = re.compile(r"--[a-z][a-z-]*(=[A-Za-z0-9._:@%/+,=-]+)?")
 
 #: First port of the range MASTER_PORT is derived from (``base + job_id % span``).
 
@@ -185,7 +185,7 @@ def sbatch_args(job: JobSpec, part: Partition, extra: list[str]) -> list[str]:
 
 def is_directive_safe(option: str) -> bool:
     """Whether ``option`` reads the same on an ``#SBATCH`` line as on the command line."""
-    return bool(_DIRECTIVE_SAFE.match(option))
+    return bool(_DIRECTIVE_SAFE.fullmatch(option))
 
 
 def master_port_expr() -> str:

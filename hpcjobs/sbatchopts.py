@@ -11,9 +11,9 @@ import re
 from collections.abc import Sequence
 
 from hpcjobs.errors import BadInputError
+from hpcjobs.safetext import unsafe_reason
 
-_OPTION = re.compile(r"^--([a-z][a-z0-9-]*)(?:=(.*))?$", re.DOTALL)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_OPTION = re.compile(r"--([a-z][a-z0-9-]*)(?:=(.*))?", re.DOTALL)
 
 #: sbatch options a job may pass through: name -> whether it takes a value
 #: (True: required, False: never, None: optional).
@@ -114,9 +114,10 @@ def check_sbatch_options(options: Sequence[str]) -> list[str]:
 
 def check_sbatch_option(option: str) -> None:
     """Check one pass-through option; see :func:`check_sbatch_options`."""
-    if _CONTROL.search(option):
-        raise BadInputError(f"sbatch option {option!r} contains control characters")
-    match = _OPTION.match(option)
+    reason = unsafe_reason(option)
+    if reason is not None:
+        raise BadInputError(f"sbatch option {option!r} {reason}")
+    match = _OPTION.fullmatch(option)
     if not match:
         raise BadInputError(
             f"sbatch option {option!r} is not of the form --name or --name=value",

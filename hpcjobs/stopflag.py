@@ -25,6 +25,8 @@ import time
 from types import FrameType
 from typing import Any
 
+from hpcjobs.safetext import check_signal_name
+
 log = logging.getLogger(__name__)
 
 ENV_SIGNAL = "HPCJOBS_SIGNAL"
@@ -33,13 +35,12 @@ DEFAULT_SIGNAL = "USR2"
 
 def signal_from_env(default: str = DEFAULT_SIGNAL) -> signal.Signals:
     """The warning signal named by ``$HPCJOBS_SIGNAL`` (``USR2``, ``SIGUSR2`` or a number)."""
-    value = os.environ.get(ENV_SIGNAL, default).strip().upper()
-    if value.isdigit():
-        return signal.Signals(int(value))
-    name = value if value.startswith("SIG") else f"SIG{value}"
+    value = os.environ.get(ENV_SIGNAL, default).strip()
     try:
-        return signal.Signals[name]
-    except KeyError:
+        if value.isascii() and value.isdigit():
+            return signal.Signals(int(value))
+        return signal.Signals[f"SIG{check_signal_name(value)}"]
+    except ValueError:
         log.warning("unknown %s=%r, using SIG%s", ENV_SIGNAL, value, default)
         return signal.Signals[f"SIG{default}"]
 

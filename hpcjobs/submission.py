@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from hpcjobs import __version__
 from hpcjobs.errors import BadInputError, HpcJobsError, SlurmError
 from hpcjobs.records import FileStore, LocalFiles, record_text, remember
-from hpcjobs.safetext import check_safe_text
+from hpcjobs.safetext import require_safe
 from hpcjobs.slurm.arrays import ArrayChunk, parse_array, split_array
 from hpcjobs.slurm.client import DEFAULT_MAX_ARRAY_SIZE, SlurmClient, sbatch_argv
 
@@ -45,7 +45,7 @@ OFFSET_VAR = "HPCJOBS_ARRAY_OFFSET"
 TASK_VAR = "HPCJOBS_ARRAY_TASK_ID"
 DEPENDENCY_TYPES = ("afterok", "afterany", "afternotok")
 
-_AFTER = re.compile(r"^(\d+(?:_\d+)?)(?::(afterok|afterany|afternotok))?$")
+_AFTER = re.compile(r"([0-9]+(?:_[0-9]+)?)(?::(afterok|afterany|afternotok))?")
 
 
 class RenderedJobLike(Protocol):
@@ -157,10 +157,7 @@ def plan_submission(
     dependency, args = take_option(args, "--dependency", "-d")
     comment, args = take_option(args, "--comment", None)
     if comment is not None:
-        try:
-            check_safe_text(comment)
-        except ValueError as exc:
-            raise BadInputError(f"the job comment {comment!r} {exc}") from None
+        require_safe(comment, "the job comment (--comment)")
     if array is None:
         spec_array = getattr(rendered.spec, "array", None)
         array = str(spec_array) if spec_array else None
@@ -297,9 +294,7 @@ def _merge_dependency(existing: str | None, after: Sequence[str]) -> str | None:
     return ",".join(parts) or None
 
 
-def _chunk_scripts(
-    store: FileStore, folder: Path, script: str, plan: SubmissionPlan
-) -> list[Path]:
+def _chunk_scripts(store: FileStore, folder: Path, script: str, plan: SubmissionPlan) -> list[Path]:
     """The script each sbatch call submits: ``job.sh``, or one per rebased chunk."""
     paths = [folder / name for name in plan.script_names()]
     if plan.split:

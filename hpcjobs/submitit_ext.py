@@ -27,6 +27,7 @@ This is the only module of hpcjobs that imports submitit; ``import hpcjobs`` doe
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shlex
@@ -53,6 +54,7 @@ from hpcjobs.records import make_private_dir
 from hpcjobs.render import RenderedJob, render_job
 from hpcjobs.resumable import Interrupted, Resumable
 from hpcjobs.runner import LocalRunner
+from hpcjobs.safetext import MAX_COUNT, check_int, require_safe
 from hpcjobs.slurm.arrays import parse_array, split_array
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.stopflag import signal_from_env
@@ -837,18 +839,35 @@ def _sbatch_options(p: Mapping[str, Any]) -> list[str]:
         name = str(key).replace("_", "-").lstrip("-")
         if value is None or value is False:
             continue
+        # Named here, not later as "sbatch_options[N]", so the message says which parameter.
+        where = f"additional_parameters[{key!r}]" if key in extra else str(key)
+        require_safe(str(key), f"executor parameter name {where}")
+        if value is not True:
+            require_safe(str(value), f"executor parameter {where}")
         result.append(f"--{name}" if value is True else f"--{name}={value}")
     return result
 
 
 def _array_spec(count: int, p: Mapping[str, Any]) -> str:
-    parallel = int(p.get("array_parallelism") or 256)
+    try:
+        parallel = check_int(p.get("array_parallelism") or 256, minimum=1, text_ok=True)
+    except ValueError as exc:
+        raise BadInputError(f"invalid executor parameter array_parallelism: {exc}") from None
     return f"0-{count - 1}%{max(1, min(count, parallel))}"
 
 
 def _mem_from_gb(value: Any) -> str:
-    gb = float(value)
-    return f"{int(gb)}G" if gb == int(gb) else f"{int(gb * 1024)}M"
+    hint = "give the memory per node in GB, for example mem_gb=64 or mem_gb=1.5"
+    if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+        if not 1 <= value * 1024 <= MAX_COUNT:
+            raise BadInputError(f"invalid executor parameter mem_gb: {value!r}", hint=hint)
+        return f"{int(value * 1024)}M"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    try:
+        return f"{check_int(value, minimum=1, maximum=MAX_COUNT // 1024)}G"
+    except ValueError as exc:
+        raise BadInputError(f"invalid executor parameter mem_gb: {exc}", hint=hint) from None
 
 
 def _minutes(time_text: str | None) -> int:

@@ -18,7 +18,6 @@ quotes each item of a list and joins them with spaces.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import jinja2
 
 from hpcjobs.errors import TemplateError
 from hpcjobs.resources import templates_dir
+from hpcjobs.safetext import is_safe
 
 #: The blocks of a job script, in script order, with what each one holds.
 BLOCKS: dict[str, str] = {
@@ -44,8 +44,8 @@ BLOCKS: dict[str, str] = {
 SUFFIX = ".sh.j2"
 BLOCK_DIR = "blocks"
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: What admin-written raw shell may hold beyond safe text: tabs and line breaks.
+_RAW_ALLOWED = "\t\n"
 
 
 _FIX_TEMPLATE = (
@@ -129,7 +129,7 @@ def quote(value: Any) -> str:
             hint=_FIX_TEMPLATE,
         )
     text = str(value)
-    if _ANY_CONTROL.search(text):
+    if not is_safe(text):
         raise TemplateError(
             f"refusing to put a value with control characters in a script: {text!r}",
             hint=_NO_CONTROL,
@@ -142,7 +142,7 @@ def quote(value: Any) -> str:
 
 def _raw(value: Any) -> Raw:
     text = str(value)
-    if _CONTROL.search(text):
+    if not is_safe(text, allow=_RAW_ALLOWED):
         raise TemplateError(
             f"refusing raw text with control characters: {text!r}", hint=_NO_CONTROL
         )
@@ -156,7 +156,7 @@ def _shjoin(values: Iterable[Any]) -> Raw:
 def _comment(value: Any) -> Raw:
     """Text for a ``#`` comment: one line, nothing to quote."""
     text = str(value)
-    if _ANY_CONTROL.search(text):
+    if not is_safe(text):
         raise TemplateError(
             f"refusing a comment with control characters: {text!r}", hint=_NO_CONTROL
         )

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from hpcjobs.runner import Runner
     from hpcjobs.slurm.client import SlurmClient
 
-_SIGNAL = re.compile(r"^(?:SIG)?[A-Z][A-Z0-9+-]*$|^\d{1,2}$")
+_SIGNAL = re.compile(r"(?:SIG)?[A-Z][A-Z0-9+-]*|[0-9]{1,2}")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -50,7 +50,7 @@ def cancel(
     ids = check_job_ids(job_ids)
     if signal is not None:
         signal = signal.strip().upper()
-        if not _SIGNAL.fullmatch(signal):
+        if not signal.isascii() or not _SIGNAL.fullmatch(signal):
             raise BadInputError(
                 f"not a signal: {signal!r}", hint="use a name like USR1 or a number"
             )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hpcjobs.cli.common import slurm_access
-from hpcjobs.cli.options import host_option
+from hpcjobs.cli.options import Count, host_option
 from hpcjobs.errors import EXIT_SLURM, HpcJobsError, SlurmError
 
 if TYPE_CHECKING:
@@ -23,10 +23,10 @@ if TYPE_CHECKING:
 @click.argument("job_id", metavar="JOBID")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 @click.option("--stderr", "use_stderr", is_flag=True, help="Show the error log, not the output.")
-@click.option("--task", type=click.IntRange(min=0), help="Array task to show.")
+@click.option("--task", type=Count(0), help="Array task to show.")
 @click.option(
     "--restart",
-    type=click.IntRange(min=0),
+    type=Count(0),
     help="Show only run N (0 = first run): the part after the script's "
     "'hpcjobs: run N of job ...' line.",
 )

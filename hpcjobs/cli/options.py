@@ -32,6 +32,35 @@ def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -
     return value
 
 
+if TYPE_CHECKING:
+    _IntType = click.ParamType[int]
+else:  # click < 8.2 has no generic ParamType
+    _IntType = click.ParamType
+
+
+class Count(_IntType):
+    """A whole-number flag written in ASCII digits, within bounds (``hpcjobs.safetext``).
+
+    Unlike ``click.INT`` it refuses ``١٠``, ``1_000``, `` 5`` and ``+5``, and numbers beyond
+    :data:`~hpcjobs.safetext.MAX_COUNT`; a bad value exits 2 naming the flag.
+    """
+
+    name = "integer"
+
+    def __init__(self, minimum: int = 0, maximum: int | None = None) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from hpcjobs.safetext import MAX_COUNT, check_int
+
+        maximum = MAX_COUNT if self.maximum is None else self.maximum
+        try:
+            return check_int(value, minimum=self.minimum, maximum=maximum, text_ok=True)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 def host_option(function: F) -> F:
     """The ``--host`` option: run the command on a login node over SSH instead of here."""
     decorator = click.option(

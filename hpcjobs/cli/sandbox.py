@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from hpcjobs.cli.options import Count
 from hpcjobs.sandbox.cluster import Sandbox, Status
 from hpcjobs.sandbox.layout import DEFAULT_PORT_BASE, Settings
 
@@ -56,10 +57,10 @@ def sandbox() -> None:
     help=f"First of the sandbox's ports (default {DEFAULT_PORT_BASE}): slurmctld, slurmdbd and "
     "MariaDB use base..base+2, slurmd nX uses base+10+X.",
 )
-@click.option("--nodes", type=click.IntRange(1, 9), default=None, help="Number of nodes (3).")
+@click.option("--nodes", type=Count(1, 9), default=None, help="Number of nodes (3).")
 @click.option(
     "--grace-time",
-    type=click.IntRange(0, 3600),
+    type=Count(0, 3600),
     default=None,
     help="Seconds a preempted 'batch' job gets to checkpoint before it is killed (30).",
 )

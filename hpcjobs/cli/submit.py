@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from hpcjobs.cli.options import host_option, make_runner
+from hpcjobs.cli.options import Count, host_option, make_runner
 from hpcjobs.errors import BadInputError, HpcJobsError
 
 if TYPE_CHECKING:
@@ -39,19 +39,17 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("-J", "--job-name", help="Job name (default: the program's name)."),
         click.option("-p", "--partition", help="Partition (default: the site's)."),
-        click.option("-N", "--nodes", type=click.IntRange(min=1), help="Number of nodes."),
+        click.option("-N", "--nodes", type=Count(1), help="Number of nodes."),
         click.option("-t", "--time", help="Time limit, Slurm syntax (MM, HH:MM:SS, D-HH:MM)."),
         click.option("-A", "--account", help="Account to charge."),
         click.option("-q", "--qos", help="Quality of service."),
-        click.option(
-            "--gpus-per-node", type=click.IntRange(min=0), help="GPUs per node (default: all)."
-        ),
+        click.option("--gpus-per-node", type=Count(0), help="GPUs per node (default: all)."),
         click.option(
             "--ntasks-per-node",
-            type=click.IntRange(min=1),
+            type=Count(1),
             help="Ranks per node (default: one per GPU).",
         ),
-        click.option("--cpus-per-task", type=click.IntRange(min=1), help="CPUs per rank."),
+        click.option("--cpus-per-task", type=Count(1), help="CPUs per rank."),
         click.option(
             "--launcher",
             type=click.Choice(_LAUNCHERS),
@@ -241,16 +239,17 @@ CAUSES = ("preemption", "timeout", "node_failure", "application")
 
 def parse_max_requeues(item: str, current: dict[str, Any]) -> dict[str, Any]:
     """``--max-requeues 5`` (total) or ``--max-requeues preemption=3`` (one cause)."""
+    from hpcjobs.safetext import require_int
+
     name, sep, value = item.partition("=")
-    count_text = value if sep else name
-    if not count_text.strip().isdigit():
-        raise BadInputError(
-            f"--max-requeues expects N or CAUSE=N, not {item!r}",
-            hint=f"for example --max-requeues 10 or --max-requeues preemption=3; causes: "
-            f"{', '.join(CAUSES)}",
-        )
+    count = require_int(
+        value if sep else name,
+        f"--max-requeues {item!r}",
+        hint=f"for example --max-requeues 10 or --max-requeues preemption=3; causes: "
+        f"{', '.join(CAUSES)}",
+    )
     if not sep:
-        return {"max_total": int(count_text)}
+        return {"max_total": count}
     cause = name.strip().replace("-", "_")
     if cause not in CAUSES:
         raise BadInputError(
@@ -258,7 +257,7 @@ def parse_max_requeues(item: str, current: dict[str, Any]) -> dict[str, Any]:
             hint=f"causes: {', '.join(CAUSES)}",
         )
     budget = dict(current.get("max_requeues", {}))
-    budget[cause] = int(count_text)
+    budget[cause] = count
     return {"max_requeues": budget}
 
 
@@ -267,18 +266,18 @@ def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
     from hpcjobs.jobspec import parse_env_options, parse_signal_option
 
     requeue: dict[str, Any] = {}
-    if flags.get("signal"):
+    if flags.get("signal") is not None:
         requeue.update(parse_signal_option(flags["signal"]))
     if flags.get("requeue") is not None:
         requeue["enabled"] = flags["requeue"]
     for item in flags.get("max_requeues") or ():
         requeue.update(parse_max_requeues(item, requeue))
     container: dict[str, Any] | None = None
-    if flags.get("container_image"):
+    if flags.get("container_image") is not None:
         container = {"image": flags["container_image"]}
         if flags.get("container_mount"):
             container["mounts"] = list(flags["container_mount"])
-        if flags.get("container_workdir"):
+        if flags.get("container_workdir") is not None:
             container["workdir"] = flags["container_workdir"]
     elif flags.get("container_mount") or flags.get("container_workdir"):
         raise BadInputError("--container-mount and --container-workdir need --container-image")

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 #: Highest CPU number accepted; far above any real machine, low enough to stop typos like 1e9.
 MAX_CPU = 65535
 
-_ITEM = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+_ITEM = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9})(?::([0-9]{1,9}))?)?")
 
 
 def parse_cpulist(text: str) -> list[int]:
@@ -34,7 +34,7 @@ def parse_cpulist(text: str) -> list[int]:
     cpus: set[int] = set()
     for raw in text.split(","):
         item = raw.strip()
-        match = _ITEM.match(item)
+        match = _ITEM.fullmatch(item)
         if not match:
             raise ValueError(
                 f"invalid cpulist item {item!r} in {text!r} (expected N, N-M or N-M:S)"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,9 @@ from hpcjobs.config.problems import InvalidConfigError, KeyPath, Problem, dotted
 from hpcjobs.config.validate import to_problems, validate_data
 from hpcjobs.config.yamlfile import YamlDoc, read_yaml_file
 from hpcjobs.errors import ConfigError
+from hpcjobs.safetext import parse_int
+
+_INDEX = re.compile(r"[0-9]{1,9}")
 
 #: The lowest layer: values every site gets unless its file says otherwise.
 BUILTIN_DEFAULTS: dict[str, Any] = {
@@ -330,11 +334,9 @@ def _apply_env_layer(merged: _Merged, env: Mapping[str, str]) -> list[Problem]:
         value: Any = raw
         if kind is int:
             try:
-                value = int(raw.strip())
-            except ValueError:
-                problems.append(
-                    Problem(f"must be a whole number, not {raw!r}", dotted(path), f"env:{name}")
-                )
+                value = parse_int(raw)
+            except ValueError as exc:
+                problems.append(Problem(str(exc), dotted(path), f"env:{name}"))
                 continue
         merged.apply(_nest(path, value), _constant(Origin(f"env:{name}")))
     return problems
@@ -409,7 +411,7 @@ def _parse_key(key: str) -> KeyPath:
     """``"partitions.0.name"`` -> ``("partitions", 0, "name")``."""
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"invalid config key {key!r} (expected a dotted key such as slurm.qos)")
-    return tuple(int(p) if p.isdigit() else p for p in key.split("."))
+    return tuple(int(p) if _INDEX.fullmatch(p) else p for p in key.split("."))
 
 
 def _leaves(value: Any, path: KeyPath) -> list[tuple[KeyPath, Any]]:

@@ -9,8 +9,6 @@ models check types and ranges of each value; checks across values (references, o
 from __future__ import annotations
 
 import re
-import signal
-import string
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -24,38 +22,37 @@ from pydantic import (
 from hpcjobs.config.cpulist import parse_cpulist
 from hpcjobs.config.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError
+from hpcjobs.safetext import (
+    check_env_name,
+    check_format_template,
+    check_not_option,
+    check_pattern,
+    check_safe,
+    check_signal_name,
+    int_checker,
+)
 
 #: Placeholders that ``slurm.output_dir`` may use.
 OUTPUT_DIR_PLACEHOLDERS = frozenset({"job_name", "user", "site", "partition"})
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]+$")
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+_IFNAME = re.compile(r"[A-Za-z0-9_.:@-]+")
 
 
 def _no_control(value: str) -> str:
-    if _CONTROL.search(value):
-        raise ValueError("must not contain control characters (newlines, tabs, escapes)")
-    return value
+    return check_safe(value)
 
 
 def _name(value: str) -> str:
-    if not _NAME.match(value):
-        raise ValueError(f"{value!r} is not a valid name (use letters, digits, '.', '_', '-')")
-    return value
+    return check_pattern(value, _NAME, "is not a valid name (use letters, digits, '.', '_', '-')")
 
 
 def _env_name(value: str) -> str:
-    if not _ENV_NAME.match(value):
-        raise ValueError(f"{value!r} is not a valid environment variable name")
-    return value
+    return check_env_name(value)
 
 
 def _ifname(value: str) -> str:
-    if not _IFNAME.match(value):
-        raise ValueError(f"{value!r} is not a valid interface or device name")
-    return value
+    return check_pattern(value, _IFNAME, "is not a valid interface or device name")
 
 
 def _scalar_to_str(value: object) -> object:
@@ -86,38 +83,31 @@ def _regex(value: str) -> str:
 
 
 def _signal_name(value: str) -> str:
-    bare = value.upper().removeprefix("SIG")
-    if not hasattr(signal, f"SIG{bare}") or bare in {"KILL", "STOP"}:
-        raise ValueError(
-            f"{value!r} is not a signal a job can catch (for example USR1, USR2, TERM)"
-        )
-    return bare
+    return check_signal_name(value)
 
 
 def _output_dir(value: str) -> str:
-    try:
-        fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
-    except ValueError as exc:
-        raise ValueError(f"invalid placeholder syntax in {value!r}: {exc}") from None
-    unknown = sorted(fields - OUTPUT_DIR_PLACEHOLDERS)
-    if unknown:
-        allowed = ", ".join("{" + p + "}" for p in sorted(OUTPUT_DIR_PLACEHOLDERS))
-        raise ValueError(f"unknown placeholder {{{unknown[0]}}} (allowed: {allowed})")
-    return value
+    return check_format_template(value, OUTPUT_DIR_PLACEHOLDERS)
 
 
 SafeStr = Annotated[str, AfterValidator(_no_control)]
+NonEmpty = Annotated[str, Field(min_length=1), AfterValidator(_no_control)]
+NotOption = Annotated[NonEmpty, AfterValidator(check_not_option)]
 Name = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_name)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 EnvValue = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_no_control)]
 EnvMap = dict[EnvName, EnvValue]
-SlurmTime = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_slurm_time)]
-CpuList = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_cpulist)]
+SlurmTime = Annotated[
+    str, BeforeValidator(_scalar_to_str), AfterValidator(_no_control), AfterValidator(_slurm_time)
+]
+CpuList = Annotated[
+    str, BeforeValidator(_scalar_to_str), AfterValidator(_no_control), AfterValidator(_cpulist)
+]
 IfName = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_ifname)]
 Regex = Annotated[str, AfterValidator(_no_control), AfterValidator(_regex)]
-GpuIndex = Annotated[int, Field(ge=0)]
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
+GpuIndex = Annotated[int, BeforeValidator(int_checker(0))]
+PositiveInt = Annotated[int, BeforeValidator(int_checker(1))]
+NonNegativeInt = Annotated[int, BeforeValidator(int_checker(0))]
 
 
 class _Model(BaseModel):
@@ -281,16 +271,14 @@ class Container(_Model):
     """The container runtime jobs run under."""
 
     runtime: Literal["none", "pyxis", "enroot", "apptainer"] = "none"
-    image: SafeStr | None = None
-    mounts: list[SafeStr] = Field(default_factory=list)
+    image: NotOption | None = None
+    mounts: list[NotOption] = Field(default_factory=list)
 
 
 class Setup(_Model):
     """Shell setup rendered into every job script before the launch."""
 
-    modules: list[Annotated[str, Field(min_length=1), AfterValidator(_no_control)]] = Field(
-        default_factory=list
-    )
+    modules: list[NotOption] = Field(default_factory=list)
     lines: list[SafeStr] = Field(default_factory=list)
     container: Container = Field(default_factory=Container)
 
@@ -307,7 +295,7 @@ class MaxRequeues(_Model):
 class Requeue(_Model):
     """The requeue policy: which signal warns the job, how early, and how often to requeue."""
 
-    signal: Annotated[str, AfterValidator(_signal_name)] = "USR2"
+    signal: Annotated[str, AfterValidator(_no_control), AfterValidator(_signal_name)] = "USR2"
     lead_time: PositiveInt = 300
     max_requeues: MaxRequeues = Field(default_factory=MaxRequeues)
 
@@ -318,9 +306,7 @@ class SiteConfig(_Model):
     name: Name
     description: SafeStr = ""
     hostnames: list[Regex] = Field(default_factory=list)
-    login_hosts: list[Annotated[str, Field(min_length=1), AfterValidator(_no_control)]] = Field(
-        default_factory=list
-    )
+    login_hosts: list[NotOption] = Field(default_factory=list)
     host_keys: list[SafeStr] = Field(default_factory=list)
     slurm: SlurmDefaults = Field(default_factory=SlurmDefaults)
     defaults: Defaults = Field(default_factory=Defaults)

@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hpcjobs.errors import ConfigError
+from hpcjobs.safetext import shown
 
 Severity = Literal["error", "warning"]
 KeyPath = tuple[str | int, ...]
 
 
 def dotted(path: Sequence[str | int]) -> str:
-    """Write a key path as ``partitions.1.gpus_per_node``."""
-    return ".".join(str(part) for part in path)
+    """Write a key path as ``partitions.1.gpus_per_node`` (a key with a newline as its repr)."""
+    return ".".join(shown(str(part)) for part in path)
 
 
 def suggest(word: str, choices: Iterable[str]) -> str:

@@ -16,6 +16,7 @@ from hpcjobs.config.models import Partition, Topology
 from hpcjobs.config.ncclvars import DEBUG_NCCL_VARS, KNOWN_NCCL_VARS, QUIET_DEBUG_LEVELS
 from hpcjobs.config.problems import KeyPath, Severity, suggest
 from hpcjobs.config.slurmtime import parse_slurm_time
+from hpcjobs.safetext import env_name_problem
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,9 @@ def _check_profile(name: str, profile: Mapping[str, Any]) -> list[Finding]:
 def _check_nccl_names(path: KeyPath, env: Mapping[Any, Any]) -> list[Finding]:
     findings: list[Finding] = []
     for var in env:
-        if isinstance(var, str) and var.startswith("NCCL_") and var not in KNOWN_NCCL_VARS:
+        if not isinstance(var, str) or env_name_problem(var) is not None:
+            continue  # the schema reports the bad name; an unknown-variable warning adds nothing
+        if var.startswith("NCCL_") and var not in KNOWN_NCCL_VARS:
             findings.append(
                 Finding(
                     (*path, var),

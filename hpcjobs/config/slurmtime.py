@@ -7,8 +7,8 @@ import re
 
 UNLIMITED = ("UNLIMITED", "INFINITE")
 
-_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$")
-_PLAIN = re.compile(r"^(\d+)(?::(\d+))?(?::(\d+))?$")
+_DAYS = re.compile(r"([0-9]{1,9})-([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?")
+_PLAIN = re.compile(r"([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?")
 
 
 def parse_slurm_time(text: str) -> int | None:
@@ -27,11 +27,11 @@ def parse_slurm_time(text: str) -> int | None:
     value = text.strip()
     if value.upper() in UNLIMITED:
         return None
-    days_match = _DAYS.match(value)
+    days_match = _DAYS.fullmatch(value)
     if days_match:
         days, hours, minutes, seconds = (int(g) if g else 0 for g in days_match.groups())
     else:
-        plain = _PLAIN.match(value)
+        plain = _PLAIN.fullmatch(value)
         if not plain:
             raise ValueError(
                 f"{text!r} is not a Slurm time (use MM, HH:MM:SS, D-HH:MM:SS or UNLIMITED)"

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from hpcjobs.errors import BadInputError
+from hpcjobs.safetext import is_safe, parse_int
 
 #: The ``--host`` value that means "the login hosts listed in the site config".
 SITE_LOGIN_HOSTS = "@site"
@@ -45,7 +46,7 @@ def parse_host_spec(text: str) -> HostSpec:
             malformed (host names may hold letters, digits, ``.``, ``_`` and ``-``).
     """
     raw = text
-    if not text or text != text.strip() or any(ch.isspace() or ord(ch) < 32 for ch in text):
+    if not text or not is_safe(text) or any(ch.isspace() for ch in text):
         raise BadInputError(f"invalid host {raw!r}: empty, or contains spaces", hint=_FORMAT_HINT)
     user: str | None = None
     if "@" in text:
@@ -83,6 +84,9 @@ def format_host_port(host: str, port: int) -> str:
 
 
 def _port(text: str, raw: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise BadInputError(f"invalid port in host {raw!r}", hint="a port is a number 1-65535")
-    return int(text)
+    try:
+        return parse_int(text, minimum=1, maximum=65535)
+    except ValueError:
+        raise BadInputError(
+            f"invalid port in host {raw!r}", hint="a port is a number 1-65535"
+        ) from None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from hpcjobs.errors import BadInputError, TransportError
 from hpcjobs.remote.hostspec import HostSpec, format_host_port, parse_host_spec
+from hpcjobs.safetext import parse_int
 from hpcjobs.textlines import split_lines
 
 if TYPE_CHECKING:
@@ -213,9 +214,10 @@ def _without_jumps(target: Target) -> Target:
 def _config_port(value: str | None, host: str) -> int:
     if value is None:
         return 22
-    if not value.isdigit() or not 0 < int(value) < 65536:
-        raise BadInputError(f"~/.ssh/config sets an invalid Port {value!r} for {host!r}")
-    return int(value)
+    try:
+        return parse_int(value, minimum=1, maximum=65535)
+    except ValueError:
+        raise BadInputError(f"~/.ssh/config sets an invalid Port {value!r} for {host!r}") from None
 
 
 def _known_hosts_files(value: str | None) -> tuple[Path, ...]:

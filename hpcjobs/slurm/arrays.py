@@ -13,11 +13,12 @@ import re
 from dataclasses import dataclass
 
 from hpcjobs.errors import BadInputError
+from hpcjobs.safetext import parse_int
 
 #: Far above any real MaxArraySize (Slurm caps it at 4,000,001); guards against typos.
 MAX_INDEX = 4_000_000
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,15 @@ def parse_array(text: str) -> ArraySpec:
     body, sep, throttle_text = raw.partition("%")
     throttle: int | None = None
     if sep:
-        if not throttle_text.isdigit() or int(throttle_text) < 1:
-            raise BadInputError(f"bad array throttle in {raw!r}: expected '%N' with N >= 1")
-        throttle = int(throttle_text)
+        try:
+            throttle = parse_int(throttle_text, minimum=1)
+        except ValueError:
+            raise BadInputError(
+                f"bad array throttle in {raw!r}: expected '%N' with N >= 1"
+            ) from None
     indices: set[int] = set()
     for part in body.split(","):
-        match = _RANGE.match(part.strip())
+        match = _RANGE.fullmatch(part.strip())
         if not match:
             raise BadInputError(
                 f"bad array spec {raw!r}",

@@ -47,7 +47,7 @@ DEFAULT_MAX_ARRAY_SIZE = 1001
 #: Pins the output format the parsers expect (a user's SLURM_TIME_FORMAT would change dates).
 CLIENT_ENV = {"SLURM_TIME_FORMAT": "standard"}
 
-_JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+_JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
 
 
 class QueueSource(Protocol):

@@ -112,8 +112,11 @@ SHELL_NASTY = [
 ]
 HUGE_TEXT = [
     ("100k-plain", "x" * 100_000),
-    ("100k-shell", (f"$(touch {CANARY})`'\"; *" * 4000)[:100_000]),
+    # About 100 KB once the canary path is filled in (a single argument may not pass 128 KiB).
+    ("100k-shell", f"$(touch {CANARY})`'\"; *" * 900),
 ]
+#: Longer than Linux passes to a program as one argument or variable: refused, never run.
+OVERSIZE_TEXT = [("200k-plain", "x" * 200_000)]
 
 SIGNALS = ["_IGN", "_DFL", "_BLOCK", "SIG_IGN", "SIG_DFL", "SIG_BLOCK", "NSIG", "KILL", "STOP"]
 SIGNALS += ["SIGKILL", "sigstop", "0", "9", "ITIMER_REAL", "SIGRTMAX+1"]
@@ -512,6 +515,11 @@ def shell_nasty_cases() -> Iterator[Case]:
                 entries.append("cli-submit")
             value_class = "huge-value" if label.startswith("100k") else "shell-meta"
             yield from _text_field_cases(value_class, label, v, "accept", fld, entries)
+    for label, value in OVERSIZE_TEXT:
+        for target in ("command", "env-value"):
+            yield from _text_field_cases(
+                "huge-value", label, value, "reject", fields[target], ["cli-render", "api"]
+            )
     # An empty argument in the middle of the command is fine; an empty program is not.
     yield from _text_field_cases(
         "shell-meta", "empty-arg", "", "accept", fields["command"], ["cli-render", "api"]

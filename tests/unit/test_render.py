@@ -281,9 +281,9 @@ def test_render_cli_prints_script_and_sbatch_line() -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0] == "#!/bin/bash"
-    assert lines[-2] == "# --- dry run: nothing was submitted; hpcjobs would run ---"
-    assert lines[-1].startswith("# sbatch '--job-name=x y' --partition=batch --nodes=2 ")
-    assert lines[-1].endswith(" SCRIPT")
+    assert lines[-2].startswith("# --- dry run: nothing was submitted; hpcjobs would run")
+    assert lines[-1].startswith("# sbatch --parsable '--job-name=x y' --partition=batch --nodes=2 ")
+    assert lines[-1].endswith(" '--comment=hpcjobs:<token>' SUBMITDIR/job.sh")
 
 
 def test_submit_dry_run_and_job_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
