@@ -412,24 +412,29 @@ def test_begin_sets_aside_a_log_left_by_an_earlier_job_with_the_same_id(tmp_path
 
 
 def test_continuation_drops_one_shot_options_and_keeps_the_chain_token(tmp_path: Path) -> None:
-    env = _library_env(tmp_path, STUB_COMMENT="hpcjobs:0123abcd my sweep", HPCJOBS_SIGNAL_LEAD="60")
-    script = (
-        "HPCJOBS_SBATCH_ARGS=(--job-name=x --hold -H --begin=now+1hour -b 16:00 "
-        "--comment=mine --nodes=2 -a3 --dependency=afterok:1)\n"
-        "hpcjobs_continue preemption"
+    from hpcjobs.config.loader import load_site
+    from hpcjobs.jobspec import Where, parse_spec
+    from hpcjobs.render import render_job
+
+    spec = parse_spec(
+        {
+            "command": ["true"],
+            "output_dir": str(tmp_path / "out"),
+            "sbatch_options": ["--hold", "--begin=now+1hour", "--comment=mine", "--exclusive"],
+        }
     )
-    proc = _bash(script, env)
+    script = render_job(spec, load_site("sandbox"), where=Where(cwd=tmp_path)).script
+    assert "#SBATCH --exclusive\n" in script
+    assert "#SBATCH --hold" not in script and "#SBATCH --begin" not in script
+    (line,) = [ln for ln in script.split("\n") if ln.startswith("HPCJOBS_SBATCH_ARGS=(")]
+    assert "--exclusive" in line and "--hold" not in line and "--begin" not in line
+    env = _library_env(tmp_path, STUB_COMMENT="hpcjobs:0123abcd my sweep")
+    proc = _bash(f"{line}\nhpcjobs_continue preemption", env)
     assert proc.returncode == 0, proc.stderr
     (call,) = [
-        line
-        for line in (tmp_path / "calls.log").read_text().splitlines()
-        if line.startswith("sbatch")
+        ln for ln in (tmp_path / "calls.log").read_text().splitlines() if ln.startswith("sbatch")
     ]
     words = call.split(" ")
-    assert "--job-name=x" in words and "--nodes=2" in words
-    for one_shot in ("--hold", "-H", "--begin=now+1hour", "-b", "16:00", "-a3", "--comment=mine"):
-        assert one_shot not in words, call
+    assert "--exclusive" in words and "--comment=mine" not in words
     assert words.count("--dependency=afterany:300") == 1
-    assert "--comment=hpcjobs:0123abcd" in words and call.split("--comment=")[1].startswith(
-        "hpcjobs:0123abcd my sweep "
-    )
+    assert call.split("--comment=")[1].startswith("hpcjobs:0123abcd my sweep ")
