@@ -438,3 +438,29 @@ def test_continuation_drops_one_shot_options_and_keeps_the_chain_token(tmp_path:
     assert "--exclusive" in words and "--comment=mine" not in words
     assert words.count("--dependency=afterany:300") == 1
     assert call.split("--comment=")[1].startswith("hpcjobs:0123abcd my sweep ")
+
+
+def test_event_log_done_marker_and_job_logs_are_private(tmp_path: Path) -> None:
+    env = _library_env(tmp_path, HPCJOBS_CHAIN_ROOT="300")
+    run_dir = Path(env["HPCJOBS_RUN_DIR"])
+    out, err = run_dir / "slurm-300.out", run_dir / "slurm-300.err"
+    for path in (out, err):
+        path.write_text("log\n")
+        path.chmod(0o644)
+    bindir = Path(env["PATH"].split(":")[0])
+    (bindir / "scontrol").write_text(
+        "#!/bin/bash\n"
+        f'echo "JobId=300 JobName=x StdOut={tmp_path}/decoy"\n'
+        f'echo "   StdErr={err}"\n'
+        'echo "   StdIn=/dev/null"\n'
+        f'echo "   StdOut={out}"\n'
+    )
+    decoy = tmp_path / "decoy"
+    decoy.write_text("")
+    decoy.chmod(0o644)
+    proc = _bash("umask 022\nhpcjobs_private_logs\nhpcjobs_event start - x\nhpcjobs_mark_done", env)
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_mode & 0o777 == 0o600 and err.stat().st_mode & 0o777 == 0o600
+    assert decoy.stat().st_mode & 0o777 == 0o644  # a job name cannot point it elsewhere
+    assert (run_dir / "chain-300.tsv").stat().st_mode & 0o777 == 0o600
+    assert (run_dir / "DONE-300").stat().st_mode & 0o777 == 0o600
