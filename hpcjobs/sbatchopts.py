@@ -109,7 +109,7 @@ FIRST_SUBMISSION_ONLY = frozenset({"hold", "begin"})
 def is_first_submission_only(option: str) -> bool:
     """Whether ``option`` (``--name`` or ``--name=value``) is in :data:`FIRST_SUBMISSION_ONLY`."""
     match = _OPTION.fullmatch(option)
-    return bool(match) and match.group(1) in FIRST_SUBMISSION_ONLY
+    return match is not None and match.group(1) in FIRST_SUBMISSION_ONLY
 
 
 def check_sbatch_options(options: Sequence[str]) -> list[str]:
