@@ -60,3 +60,36 @@ def test_applied_plan_submits_and_runs(shared_tmp: Path, slurm_env: dict[str, st
     )
     for line in lines:
         assert line.split(" ", 2)[2] == expected
+
+
+def test_plan_from_a_real_run(shared_tmp: Path, slurm_env: dict[str, str]) -> None:
+    """A finished run of the DDP example is timed from its checkpoints and planned at its speed."""
+    env = {**os.environ, **slurm_env}
+    hpcjobs = [sys.executable, "-m", "hpcjobs", "--site", "sandbox"]
+    out = shared_tmp / "from-run"
+    out.mkdir(mode=0o755)
+    train = str(Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py")
+    submit = subprocess.run(
+        [*hpcjobs, "submit", "--wait", "-J", "plan-from-run", "-N", "1", "--gpus-per-node", "2",
+         "-t", "5:00", "--output-dir", str(out), "--", PYTHON, train, "--steps", "40",
+         "--step-time", "0.05", "--checkpoint-every", "10"],
+        env=env, cwd=shared_tmp, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert submit.returncode == 0, submit.stderr
+    job_id = submit.stdout.split()[0]
+    plan = subprocess.run(
+        [*hpcjobs, "plan", "--from-run", job_id, "--params", "2372", "--seq-len", "1",
+         "--tokens", "1e6", "--global-batch", "32", "--gpus", "4", "--json",
+         "--layout", "tp=1,pp=1", "--zero", "0", "--recompute", "none"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert plan.returncode == 0, plan.stderr
+    data = json.loads(plan.stdout)
+    measured = data["from_run"]
+    print(f"\nrun {job_id}: {measured['step_s'] * 1000:.1f} ms per step ({measured['timed_by']})")
+    # 50 ms of simulated work per step, plus a little: the timing is the run's own.
+    assert 0.05 <= measured["step_s"] < 1.0
+    assert measured["gpus"] == 2 and measured["steps_timed"] >= 10
+    # Twice the GPUs for the same global batch: half the compute per step.
+    step = data["layouts"][0]["step_s"]
+    assert step["compute"] == pytest.approx(measured["step_s"] / 2, rel=0.05)
