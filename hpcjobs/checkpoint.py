@@ -44,10 +44,19 @@ COMPLETE = "COMPLETE"
 DONE = "DONE"
 PROGRESS = "PROGRESS"
 ENV_DIR = "HPCJOBS_CHECKPOINT_DIR"
+#: The file in a checkpoint folder that names the run owning it (see :mod:`hpcjobs.runfolder`).
+RUN_FILE = "RUN"
+#: What the batch script exports: this job's run fingerprint, and the RUN file it must match.
+ENV_FINGERPRINT = "HPCJOBS_RUN_FINGERPRINT"
+ENV_RUN_FILE = "HPCJOBS_RUN_FILE"
 _STEP_RE = re.compile(r"^step-(\d{9,})$")
 _TMP_RE = re.compile(r"^step-(\d{9,})\.tmp-")
 #: Temporary folders younger than this may belong to a save still in progress elsewhere.
 STALE_TMP_SECONDS = 600.0
+
+
+class CheckpointFolderTaken(BadInputError):
+    """Another run owns the checkpoint folder now; this job must not write into it."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +146,35 @@ class CheckpointDir:
             raise
         self.prune()
 
+    def _check_owner(self) -> None:
+        """Refuse to write into a folder that another run has taken over since this job began.
+
+        Inside an hpcjobs job the script exports this run's fingerprint and the RUN file of
+        its checkpoint folder; a ``submit --fresh`` or ``--resume`` of another run rewrites
+        that file. Writing on would mix two runs in one folder.
+        """
+        expected = os.environ.get(ENV_FINGERPRINT)
+        run_file = os.environ.get(ENV_RUN_FILE)
+        if not expected or not run_file:
+            return
+        owner_dir = Path(os.path.abspath(run_file)).parent
+        root = Path(os.path.abspath(self.root))
+        if root != owner_dir and root.parent != owner_dir:
+            return  # not this job's checkpoint folder
+        try:
+            owner = json.loads(Path(run_file).read_text()).get("fingerprint")
+        except (OSError, ValueError, AttributeError):
+            return
+        if owner and owner != expected:
+            raise CheckpointFolderTaken(
+                f"checkpoint folder {owner_dir} now belongs to another run ({owner}); "
+                f"this job (run {expected}) writes nothing more there",
+                hint="the folder was taken over with 'hpcjobs submit --fresh' or '--resume'; "
+                "this run's earlier checkpoints are in the folder set aside next to it",
+            )
+
     def _publish(self, tmp: Path, step: int, meta: dict[str, Any]) -> None:
+        self._check_owner()
         files = {}
         for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
             _fsync_file(path)
@@ -208,6 +245,7 @@ class CheckpointDir:
 
     def mark_done(self, result: dict[str, Any] | None = None) -> Path:
         """Record that the job finished, so a requeued run exits at once with success."""
+        self._check_owner()
         _make_private_dir(self.root)
         path = self.root / DONE
         _write_synced(path, json.dumps({"time": time.time(), "result": result or {}}))

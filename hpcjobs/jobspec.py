@@ -56,7 +56,11 @@ log = logging.getLogger(__name__)
 _WORD = re.compile(r"[A-Za-z0-9._-]+")
 _ARRAY_ITEM = r"[0-9]+(?:-[0-9]+(?::[0-9]+)?)?"
 _ARRAY = re.compile(rf"{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%[0-9]+)?")
-_DEPENDENCY = re.compile(r"[A-Za-z0-9_:+,?]+")
+_DEPENDENCY_ITEM = (
+    r"(?:singleton|(?:after|afterany|afterburstbuffer|aftercorr|afternotok|afterok)"
+    r"(?::[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?)+)"
+)
+_DEPENDENCY = re.compile(rf"{_DEPENDENCY_ITEM}(?:[,?]{_DEPENDENCY_ITEM})*")
 _SIGNAL_AT = re.compile(r"(?:B:)?([A-Za-z0-9]+)?(?:@([0-9]+))?")
 _NUMBER = re.compile(r"[0-9]+")
 
@@ -151,6 +155,9 @@ def _command(value: object) -> object:
             return shlex.split(value)
         except ValueError as exc:
             raise ValueError(f"cannot split the command line: {exc}") from None
+    if not isinstance(value, list | tuple):
+        # A YAML set or mapping has no order: the words would change places between runs.
+        raise ValueError("must be a list of words (or one command line as text)")
     return value
 
 

@@ -247,9 +247,10 @@ def _context(
         "ranks_per_node": job.ntasks_per_node or 1,
         "cpus_per_rank": job.cpus_per_task or 1,
         "gpus_per_node": job.gpus_per_node or 0,
+        "sbatch_args": args,
         # What a continuation job is submitted with, and what the script repeats for a
         # resubmission by hand: neither holds options for the first submission only.
-        "sbatch_args": [a for a in args if not is_first_submission_only(a)],
+        "continuation_args": [a for a in args if not is_first_submission_only(a)],
         "sbatch_directives": [
             a for a in args if is_directive_safe(a) and not is_first_submission_only(a)
         ],

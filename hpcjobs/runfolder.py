@@ -40,15 +40,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from hpcjobs.checkpoint import DONE
-from hpcjobs.errors import BadInputError, HpcJobsError
+from hpcjobs.checkpoint import DONE, ENV_FINGERPRINT, ENV_RUN_FILE, RUN_FILE
+from hpcjobs.errors import BadInputError, CommandError, HpcJobsError
 from hpcjobs.runner import Result, Runner
 
-#: The file in a checkpoint folder that names the run owning it.
-RUN_FILE = "RUN"
-#: Variables the batch script exports: the job's fingerprint, and the RUN file it must match.
-ENV_FINGERPRINT = "HPCJOBS_RUN_FINGERPRINT"
-ENV_RUN_FILE = "HPCJOBS_RUN_FILE"
 RUN_FORMAT = 1
 
 #: What to do with a checkpoint folder that belongs to another run.
@@ -129,23 +124,42 @@ def inspect_folder(runner: Runner, path: str) -> FolderState:
     """Read the folder's entries and its RUN file (through ``runner``).
 
     Raises:
-        BadInputError: the path exists but is not a readable folder.
+        BadInputError: the path exists but is not a readable folder, or the file system does
+            not answer (a hung mount is a problem with the folder, not with Slurm).
     """
-    if not runner.run(["test", "-d", path], check=False, timeout=60).ok:
-        if not runner.run(["test", "-e", path], check=False, timeout=60).ok:
+    if not _ok(runner, path, ["test", "-d", path]):
+        if not _ok(runner, path, ["test", "-e", path]):
             return FolderState(path, exists=False)
         raise _unusable(path, "it exists and is not a folder")
-    listing = runner.run(["ls", "-A1", "--", path], check=False, timeout=60)
+    listing = _run(runner, path, ["ls", "-A1", "--", path])
     if not listing.ok:
         raise _unusable(path, _first_line(listing.stderr))
     entries = tuple(line for line in listing.stdout.split("\n") if line)
     owner = None
     if RUN_FILE in entries:
-        text = runner.run(["cat", "--", _join(path, RUN_FILE)], check=False, timeout=60)
-        owner = _parse_owner(text.stdout) if text.ok else None
+        run_file = _join(path, RUN_FILE)
+        text = None
+        if _ok(runner, path, ["test", "-f", run_file]):
+            text = _run(runner, path, ["head", "-c", str(MAX_RUN_BYTES), "--", run_file])
+        owner = _parse_owner(text.stdout) if text is not None and text.ok else None
         if owner is None:
             owner = {}
     return FolderState(path, exists=True, entries=entries, owner=owner)
+
+
+#: A RUN file is a few hundred bytes; more is not read.
+MAX_RUN_BYTES = 1 << 16
+
+
+def _run(runner: Runner, path: str, argv: list[str]) -> Result:
+    try:
+        return runner.run(argv, check=False, timeout=60)
+    except CommandError as exc:  # a timeout: the file system hangs
+        raise _unusable(path, exc.message) from None
+
+
+def _ok(runner: Runner, path: str, argv: list[str]) -> bool:
+    return _run(runner, path, argv).ok
 
 
 def decide(state: FolderState, print_: str, reuse: Reuse | None) -> Prepared:
@@ -155,17 +169,24 @@ def decide(state: FolderState, print_: str, reuse: Reuse | None) -> Prepared:
         BadInputError: the folder belongs to another run and ``reuse`` is not given.
     """
     path = state.path
-    if not state.exists or not state.has_work:
-        return Prepared(path, "new")  # nothing to resume from or stop at: claim it
+    owner_print = (state.owner or {}).get("fingerprint")
+    if not state.exists or (not state.has_work and owner_print in (None, "", print_)):
+        return Prepared(path, "new")  # nothing to resume from, stop at, or take from anyone
     if reuse == "fresh":
         return Prepared(path, "fresh")
-    owner_print = (state.owner or {}).get("fingerprint")
     if owner_print == print_:
         if reuse == "resume" and state.done:
             return Prepared(path, "resume")
         return Prepared(path, "finished" if state.done else "continue")
     if reuse == "resume":
         return Prepared(path, "resume")
+    if owner_print and not state.has_work:
+        raise BadInputError(
+            f"checkpoint folder {path} is claimed by another run that has not checkpointed "
+            f"yet (it may still be pending): {_describe(state.owner or {})}",
+            hint=f"pass {_FLAGS} to take it anyway (a pending job of that run then stops when "
+            "it starts), or give this run its own folder with -J NAME or --checkpoint-dir DIR",
+        )
     if owner_print:
         raise BadInputError(
             f"checkpoint folder {path} belongs to another run: {_describe(state.owner or {})}",
@@ -235,17 +256,16 @@ def prepare_run_folder(
 
 
 def _make_folder(runner: Runner, path: str) -> None:
-    made = runner.run(["mkdir", "-p", "-m", "700", "--", path], check=False, timeout=60)
+    made = _run(runner, path, ["mkdir", "-p", "-m", "700", "--", path])
     if not made.ok:
         raise _unusable(path, _first_line(made.stderr))
-    writable = runner.run(["test", "-w", path], check=False, timeout=60)
-    if not writable.ok:
+    if not _ok(runner, path, ["test", "-w", path]):
         raise _unusable(path, "not writable")
 
 
 def _move(runner: Runner, source: str, target: str) -> None:
-    moved = runner.run(["mv", "-n", "-T", "--", source, target], check=False, timeout=60)
-    if moved.ok and runner.run(["test", "-e", source], check=False, timeout=60).ok:
+    moved = _run(runner, source, ["mv", "-n", "-T", "--", source, target])
+    if moved.ok and _ok(runner, source, ["test", "-e", source]):
         moved = Result(moved.argv, 1, moved.stdout, f"{target} exists already")
     if not moved.ok:
         raise BadInputError(

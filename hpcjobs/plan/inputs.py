@@ -273,8 +273,11 @@ def efficiency_from(
     if mfu is not None and achieved_tflops is not None:
         raise BadInputError("give --mfu or --achieved-tflops, not both")
     if achieved_tflops is not None:
-        if not math.isfinite(achieved_tflops) or achieved_tflops <= 0:
-            raise BadInputError(f"--achieved-tflops must be > 0 (got {achieved_tflops})")
+        if not math.isfinite(achieved_tflops) or achieved_tflops < 1e-3:
+            raise BadInputError(
+                f"--achieved-tflops must be at least 0.001 (got {achieved_tflops:g})",
+                hint="give the TFLOP/s one GPU achieves, for example --achieved-tflops 400",
+            )
         value = achieved_tflops * 1e12 / peak_flops
         if value > 1:
             raise BadInputError(
@@ -283,7 +286,7 @@ def efficiency_from(
             )
         return value
     value = 0.4 if mfu is None else mfu
-    if not math.isfinite(value) or not 0 < value <= 1:
+    if not math.isfinite(value) or not 1e-6 <= value <= 1:
         raise BadInputError(f"--mfu must be in (0, 1] (got {value})", hint="for example --mfu 0.4")
     return value
 

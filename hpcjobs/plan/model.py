@@ -140,16 +140,12 @@ def read_model_config(path: Path) -> dict[str, int]:
         BadInputError: The file is missing, too large, not a JSON object, lacks a key, or a
             value is not a whole number in range.
     """
+    from hpcjobs.config.yamlfile import read_limited
+
     hint = "give a model config.json with " + ", ".join(HF_KEYS)
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise BadInputError(f"cannot read model config {path}: {exc.strerror}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise BadInputError(
-            f"model config {path} is larger than {MAX_CONFIG_BYTES} bytes", hint=hint
-        )
+    raw, why = read_limited(path, MAX_CONFIG_BYTES)
+    if raw is None:
+        raise BadInputError(f"cannot read model config {path}: {why}", hint=hint)
     try:
         data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:

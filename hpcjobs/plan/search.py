@@ -179,6 +179,8 @@ def layouts(request: Request) -> list[Layout]:
             zeros = [0] if dp == 1 else ([0, 1] if pp > 1 else [0, 1, 2, 3])
             sps = [True, False] if tp > 1 else [False]
             for mb in _pick(fixed.micro_batch, mbs):
+                if not per_replica or per_replica % mb:
+                    continue  # the global batch does not split into dp x mb
                 for zero in _pick(fixed.zero, zeros):
                     for recompute in [fixed.recompute] if fixed.recompute else RECOMPUTES:
                         for sp in [fixed.sp] if fixed.sp is not None else sps:

@@ -132,8 +132,10 @@ def test_a_pending_job_whose_folder_was_taken_over_does_not_run(user: User) -> N
     )
     assert held.returncode == 0, held.stderr
     held_id = held.stdout.split()[0]
-    # Nothing to resume from yet, so the second run may claim the folder; then it checkpoints.
-    taker = user.submit("-J", "shared", "--", PYTHON, "hello.py", str(out_b))
+    # The pending run has claimed the folder: another run needs --fresh to take it.
+    refused = user.submit("-J", "shared", "--", PYTHON, "hello.py", str(out_b))
+    assert refused.returncode == 2 and "claimed by another run" in refused.stderr
+    taker = user.submit("-J", "shared", "--fresh", "--", PYTHON, "hello.py", str(out_b))
     assert taker.returncode == 0, taker.stderr
     user.slurm("scontrol", "release", held_id)
     user.wait_gone(held_id)

@@ -267,3 +267,14 @@ def test_from_run_without_timing_exits_2(tmp_path: Path) -> None:
                   "16", "--gpus", "4", "--from-run", "77", site="sandbox")  # fmt: skip
     assert result.exit_code == 2
     assert "nothing to time its steps by" in result.output
+
+
+def test_plan_env_names_are_the_ones_jobs_may_set() -> None:
+    from hpcjobs.jobspec import PLAN_ENV
+    from hpcjobs.plan.jobfile import plan_env
+    from hpcjobs.plan.memory import Layout
+
+    env = plan_env(
+        Layout(2, 1, 4, 1, 1, "none", False), global_batch=8, seq_len=16, precision="bf16"
+    )
+    assert set(env) == PLAN_ENV

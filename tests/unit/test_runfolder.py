@@ -85,7 +85,8 @@ def _state(*entries: str, owner: str | None = None, exists: bool = True) -> Fold
     [
         (_state(exists=False), None, "new"),
         (_state(), None, "new"),
-        (_state(owner=THEIRS), None, "new"),  # claimed, but nothing to resume from yet
+        (_state(owner=MINE), None, "new"),  # claimed by this run, nothing to resume from yet
+        (_state(owner=THEIRS), "fresh", "fresh"),
         (_state("step-000000004", owner=MINE), None, "continue"),
         (_state("step-000000004", "DONE", owner=MINE), None, "finished"),
         (_state("step-000000004", "DONE", owner=MINE), "resume", "resume"),
@@ -106,6 +107,37 @@ def test_decide_refuses_another_runs_folder_naming_it() -> None:
     assert "/ck belongs to another run: 'python x.py'" in info.value.message
     assert "--fresh" in (info.value.hint or "") and "--resume" in (info.value.hint or "")
     assert info.value.exit_code == 2
+
+
+def test_decide_refuses_a_folder_claimed_by_a_pending_run() -> None:
+    with pytest.raises(BadInputError, match="claimed by another run that has not checkpointed"):
+        decide(_state(owner=THEIRS), MINE, None)
+
+
+def test_a_job_whose_folder_was_taken_over_writes_nothing_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcjobs.checkpoint import CheckpointDir, CheckpointFolderTaken
+
+    folder = tmp_path / "checkpoints"
+    _prepare(folder, "python", "train.py")
+    monkeypatch.setenv("HPCJOBS_RUN_FINGERPRINT", THEIRS)
+    monkeypatch.setenv("HPCJOBS_RUN_FILE", str(folder / RUN_FILE))
+    ckpt = CheckpointDir(folder)
+    with ckpt.save(1) as tmp:
+        (tmp / "state").write_text("1")
+    # Another run takes the folder over while this job still runs.
+    _prepare(folder, "python", "hello.py", reuse="fresh")
+    with (
+        pytest.raises(CheckpointFolderTaken, match="now belongs to another run"),
+        ckpt.save(2) as tmp,
+    ):
+        (tmp / "state").write_text("2")
+    with pytest.raises(CheckpointFolderTaken):
+        ckpt.mark_done()
+    assert sorted(p.name for p in folder.iterdir()) == [RUN_FILE]
+    (old,) = tmp_path.glob("checkpoints.old-*")
+    assert (old / "step-000000001").is_dir()
 
 
 def test_decide_refuses_checkpoints_of_unknown_origin() -> None:

@@ -66,7 +66,7 @@ hpcjobs_bind_exec() {
     fi
   elif command -v taskset >/dev/null 2>&1; then
     if taskset -c "$cpus" true 2>/dev/null; then
-      exec taskset -c "$cpus" env -- "$@"
+      exec taskset -c -- "$cpus" "$@"
     fi
   else
     if [ "${LOCAL_RANK:-0}" = 0 ]; then
@@ -172,7 +172,7 @@ HPCJOBS_MAX_REQUEUE_TIMEOUT=10
 HPCJOBS_MAX_REQUEUE_NODE_FAILURE=5
 HPCJOBS_MAX_REQUEUE_APPLICATION=0
 HPCJOBS_MAX_REQUEUES=''
-# The options this job was submitted with, for its continuation job.
+# The options its continuation job is submitted with (no options for the first submission only).
 HPCJOBS_SBATCH_ARGS=(--job-name=container-train --partition=finetune --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-node=a100:4 --time=02:00:00 --output=/home/user/hpcjobs/runs/container-train/slurm-%j.out --open-mode=append --signal=B:USR2@180 --requeue)
 # # ---- hpcjobs requeue library (bash; needs scontrol, squeue, sbatch; sacct if present) ------
 # Decides, after the workload exits, whether the job is finished, failed, or continues from its

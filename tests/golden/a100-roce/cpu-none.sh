@@ -90,7 +90,7 @@ HPCJOBS_MAX_REQUEUE_TIMEOUT=10
 HPCJOBS_MAX_REQUEUE_NODE_FAILURE=5
 HPCJOBS_MAX_REQUEUE_APPLICATION=0
 HPCJOBS_MAX_REQUEUES=''
-# The options this job was submitted with, for its continuation job.
+# The options its continuation job is submitted with (no options for the first submission only).
 HPCJOBS_SBATCH_ARGS=(--job-name=preprocess --partition=finetune --nodes=1 --ntasks-per-node=1 --cpus-per-task=128 --time=00:20:00 --output=/home/user/hpcjobs/runs/preprocess/slurm-%j.out --open-mode=append --signal=B:USR2@180 --no-requeue)
 # # ---- hpcjobs requeue library (bash; needs scontrol, squeue, sbatch; sacct if present) ------
 # Decides, after the workload exits, whether the job is finished, failed, or continues from its

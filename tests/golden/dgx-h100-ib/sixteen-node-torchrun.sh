@@ -76,7 +76,7 @@ hpcjobs_bind_exec() {
     fi
   elif command -v taskset >/dev/null 2>&1; then
     if taskset -c "$cpus" true 2>/dev/null; then
-      exec taskset -c "$cpus" env -- "$@"
+      exec taskset -c -- "$cpus" "$@"
     fi
   else
     if [ "${LOCAL_RANK:-0}" = 0 ]; then
@@ -184,7 +184,7 @@ HPCJOBS_MAX_REQUEUE_TIMEOUT=10
 HPCJOBS_MAX_REQUEUE_NODE_FAILURE=5
 HPCJOBS_MAX_REQUEUE_APPLICATION=0
 HPCJOBS_MAX_REQUEUES=''
-# The options this job was submitted with, for its continuation job.
+# The options its continuation job is submitted with (no options for the first submission only).
 HPCJOBS_SBATCH_ARGS=(--job-name=torchrun-large --partition=batch --nodes=16 --ntasks-per-node=1 --cpus-per-task=224 --gpus-per-node=h100:8 --time=08:00:00 --output=/home/user/hpcjobs/runs/torchrun-large/slurm-%j.out --open-mode=append --signal=B:USR2@300 --requeue)
 # # ---- hpcjobs requeue library (bash; needs scontrol, squeue, sbatch; sacct if present) ------
 # Decides, after the workload exits, whether the job is finished, failed, or continues from its
