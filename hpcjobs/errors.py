@@ -1,7 +1,8 @@
 """The one exception hierarchy of hpcjobs, and the exit code of each kind of error.
 
 Library code raises these; only the CLI turns them into a message and an exit status.
-Exit codes: 0 ok, 1 job failed, 2 bad input, 3 Slurm error, 4 SSH/transport error.
+Exit codes: 0 ok, 1 job failed, 2 bad input, 3 Slurm error, 4 SSH/transport error,
+5 local setup failed (installing packages, building a sandbox root).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ EXIT_JOB_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_SLURM = 3
 EXIT_TRANSPORT = 4
+EXIT_SETUP = 5
 
 
 class HpcJobsError(Exception):
@@ -53,6 +55,12 @@ class SandboxError(HpcJobsError):
     """The local sandbox cluster cannot be set up, started or stopped."""
 
     exit_code = EXIT_SLURM
+
+
+class HostSetupError(HpcJobsError):
+    """Preparing this machine failed: apt-get, debootstrap, a virtualenv. Not a Slurm error."""
+
+    exit_code = EXIT_SETUP
 
 
 class SlurmError(HpcJobsError):

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Run the whole test suite: lint, type checks, unit, golden and live Slurm tests.
 # Sets up everything it needs first (see scripts/bootstrap.sh). Extra arguments go to pytest.
+#
+# The live tests run twice: against this machine's own Slurm, then against the other Debian
+# release's (22.05 on bookworm, 24.11 on trixie) inside a Debian root, see
+# scripts/test-other-release.sh. Unit tests run once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
@@ -9,5 +13,11 @@ echo "== ruff" >&2
 .venv/bin/ruff format --check .
 echo "== mypy" >&2
 .venv/bin/mypy
-echo "== pytest" >&2
-exec .venv/bin/python -m pytest "$@"
+echo "== pytest (this machine's release)" >&2
+.venv/bin/python -m pytest "$@"
+# Only options carry over: test paths given for the first run need not exist for the second.
+options=()
+for arg in "$@"; do
+    [[ $arg == -* ]] && options+=("$arg")
+done
+exec scripts/test-other-release.sh "${options[@]}"
