@@ -1,8 +1,9 @@
 """The one exception hierarchy of hpcjobs, and the exit code of each kind of error.
 
 Library code raises these; only the CLI turns them into a message and an exit status.
-Exit codes: 0 ok, 1 job failed, 2 bad input, 3 Slurm error, 4 SSH/transport error,
-5 local setup failed (installing packages, building a sandbox root).
+Exit codes: 0 ok, 1 job failed, 2 bad input (a local setup that cannot be made, such as packages
+apt-get could not install, counts here: it is not a Slurm error), 3 Slurm error, 4 SSH/transport
+error.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ EXIT_JOB_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_SLURM = 3
 EXIT_TRANSPORT = 4
-EXIT_SETUP = 5
 
 
 class HpcJobsError(Exception):
@@ -60,7 +60,7 @@ class SandboxError(HpcJobsError):
 class HostSetupError(HpcJobsError):
     """Preparing this machine failed: apt-get, debootstrap, a virtualenv. Not a Slurm error."""
 
-    exit_code = EXIT_SETUP
+    exit_code = EXIT_BAD_INPUT
 
 
 class SlurmError(HpcJobsError):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcjobs.errors import EXIT_SETUP, BadInputError, HostSetupError, SandboxError
+from hpcjobs.errors import EXIT_BAD_INPUT, EXIT_SLURM, BadInputError, HostSetupError, SandboxError
 from hpcjobs.sandbox import confgen
 from hpcjobs.sandbox.cluster import choose_release
 from hpcjobs.sandbox.release import RELEASES, get_release, other_release, release_of
@@ -136,4 +136,4 @@ def test_remove_tree_refuses_while_mounted(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_setup_errors_are_not_slurm_errors() -> None:
-    assert HostSetupError.exit_code == EXIT_SETUP == 5
+    assert HostSetupError.exit_code == EXIT_BAD_INPUT != EXIT_SLURM
