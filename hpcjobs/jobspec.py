@@ -75,6 +75,25 @@ MANAGED_ENV = frozenset(
 )
 
 
+#: The variables ``hpcjobs plan --apply`` writes into a job file: the planned layout, for the
+#: training script to read. The only ``HPCJOBS_*`` names a job may set.
+PLAN_ENV = frozenset(
+    f"HPCJOBS_PLAN_{key}"
+    for key in (
+        "TP",
+        "PP",
+        "DP",
+        "ZERO",
+        "RECOMPUTE",
+        "SP",
+        "MICRO_BATCH",
+        "GLOBAL_BATCH",
+        "SEQ_LEN",
+        "PRECISION",
+    )
+)
+
+
 def _no_control(value: str) -> str:
     return check_safe(value)
 
@@ -95,7 +114,7 @@ def _int_to_str(value: object) -> object:
 
 
 def _env_name(value: str) -> str:
-    return check_env_name(value, managed=MANAGED_ENV)
+    return check_env_name(value, managed=MANAGED_ENV, allowed=PLAN_ENV)
 
 
 def _time(value: str) -> str:

@@ -20,7 +20,7 @@ from hpcjobs.distributed import PORT_BASE, PORT_SPAN
 from hpcjobs.errors import BadInputError
 from hpcjobs.jobspec import JobSpec, Where, resolve_spec
 from hpcjobs.runfolder import ENV_FINGERPRINT, ENV_RUN_FILE, RUN_FILE, fingerprint, run_identity
-from hpcjobs.sbatchopts import check_sbatch_options
+from hpcjobs.sbatchopts import check_sbatch_options, is_first_submission_only
 from hpcjobs.templating import (
     BLOCKS,
     Raw,
@@ -247,8 +247,12 @@ def _context(
         "ranks_per_node": job.ntasks_per_node or 1,
         "cpus_per_rank": job.cpus_per_task or 1,
         "gpus_per_node": job.gpus_per_node or 0,
-        "sbatch_args": args,
-        "sbatch_directives": [a for a in args if is_directive_safe(a)],
+        # What a continuation job is submitted with, and what the script repeats for a
+        # resubmission by hand: neither holds options for the first submission only.
+        "sbatch_args": [a for a in args if not is_first_submission_only(a)],
+        "sbatch_directives": [
+            a for a in args if is_directive_safe(a) and not is_first_submission_only(a)
+        ],
         "modules": site.setup.modules,
         "setup_lines": [Raw(line) for line in site.setup.lines],
         "user_env": user_env,

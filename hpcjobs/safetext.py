@@ -306,18 +306,24 @@ def check_signal_name(value: str) -> str:
 # ---- environment variable names ------------------------------------------------------------
 
 
-def env_name_problem(name: str, *, managed: Collection[str] = ()) -> str | None:
+def env_name_problem(
+    name: str, *, managed: Collection[str] = (), allowed: Collection[str] = ()
+) -> str | None:
     """Why ``name`` may not be set as a job's or site's variable, or None when it may.
 
     Args:
         name: The variable name.
         managed: Further names the caller sets itself (the per-rank variables of a job).
+        allowed: Names with a reserved prefix that may be set all the same (the
+            ``HPCJOBS_PLAN_*`` variables a planned job file carries).
     """
     if not ENV_NAME.fullmatch(name):
         return (
             f"{name!r} is not a valid environment variable name "
             "(use letters A-Z, digits and '_', not starting with a digit)"
         )
+    if name in allowed:
+        return None
     if name.startswith(RESERVED_ENV_PREFIXES):
         return f"{name!r} is reserved for Slurm and hpcjobs"
     if name in SHELL_SPECIAL_ENV:
@@ -327,13 +333,15 @@ def env_name_problem(name: str, *, managed: Collection[str] = ()) -> str | None:
     return None
 
 
-def check_env_name(name: str, *, managed: Collection[str] = ()) -> str:
+def check_env_name(
+    name: str, *, managed: Collection[str] = (), allowed: Collection[str] = ()
+) -> str:
     """``name`` unchanged if a job or site may set it (see :func:`env_name_problem`).
 
     Raises:
         ValueError: It may not.
     """
-    problem = env_name_problem(name, managed=managed)
+    problem = env_name_problem(name, managed=managed, allowed=allowed)
     if problem is not None:
         raise ValueError(problem)
     return name

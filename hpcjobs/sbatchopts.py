@@ -100,6 +100,18 @@ MANAGED: dict[str, str] = {
 }
 
 
+#: Options that belong to the first submission only. A continuation job must not repeat them
+#: (it would be held again, or wait for a begin time), so the script neither lists them as
+#: ``#SBATCH`` lines nor passes them on (``HPCJOBS_SBATCH_ARGS``).
+FIRST_SUBMISSION_ONLY = frozenset({"hold", "begin"})
+
+
+def is_first_submission_only(option: str) -> bool:
+    """Whether ``option`` (``--name`` or ``--name=value``) is in :data:`FIRST_SUBMISSION_ONLY`."""
+    match = _OPTION.fullmatch(option)
+    return match is not None and match.group(1) in FIRST_SUBMISSION_ONLY
+
+
 def check_sbatch_options(options: Sequence[str]) -> list[str]:
     """Check pass-through options and return them unchanged.
 

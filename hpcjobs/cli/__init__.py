@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("hpcjobs.cli.cancel:cancel", "Cancel jobs or send them a signal."),
     "history": ("hpcjobs.cli.history:history", "Show every run of a job and why it ended."),
     "ssh": ("hpcjobs.cli.ssh:ssh", "Check and trust SSH connections to login nodes."),
+    "plan": ("hpcjobs.cli.plan:plan", "Pick the parallel layout; estimate time and GPU-hours."),
 }
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

@@ -108,6 +108,20 @@ Regex = Annotated[str, AfterValidator(_no_control), AfterValidator(_regex)]
 GpuIndex = Annotated[int, BeforeValidator(int_checker(0))]
 PositiveInt = Annotated[int, BeforeValidator(int_checker(1))]
 NonNegativeInt = Annotated[int, BeforeValidator(int_checker(0))]
+#: A whole number of bytes: at most 2**62 (4 EiB), so that sums of them stay exact.
+ByteCount = Annotated[int, BeforeValidator(int_checker(1, 2**62))]
+
+
+def _positive_rate(value: object) -> object:
+    """A rate such as TFLOP/s: an int or a float, finite and > 0, never a bool or text."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a number, not {value!r}")
+    if not 0 < value < 1e9:  # also refuses NaN and infinity
+        raise ValueError(f"must be greater than 0 and less than 1e9 (got {value!r})")
+    return float(value)
+
+
+Rate = Annotated[float, BeforeValidator(_positive_rate)]
 
 
 class _Model(BaseModel):
@@ -134,6 +148,27 @@ class Defaults(_Model):
     nccl_profile: Name | None = None
 
 
+class GpuFacts(_Model):
+    """What a GPU and its node can do, for ``hpcjobs plan``: peak rates, memory, links.
+
+    ``bf16_tflops`` is the vendor's peak *dense* (no sparsity) BF16/FP16 tensor rate, in
+    TFLOP/s; ``tf32_tflops`` the dense TF32 rate used for fp32 training. ``memory_bytes`` is the
+    datasheet capacity in bytes (80 GB = 80_000_000_000). ``nvlink_domain`` is how many GPUs
+    share one NVLink/NVSwitch domain (tensor parallelism stays within it).
+    ``internode_gbit_s`` is the network bandwidth one GPU has to other nodes, per direction
+    (its share of the node's RDMA NICs), and ``nvlink_gbyte_s`` one GPU's NVLink bandwidth, per
+    direction.
+    """
+
+    model: NonEmpty
+    bf16_tflops: Rate
+    tf32_tflops: Rate | None = None
+    memory_bytes: ByteCount
+    nvlink_domain: PositiveInt = 1
+    internode_gbit_s: Rate
+    nvlink_gbyte_s: Rate | None = None
+
+
 class Partition(_Model):
     """A Slurm partition and the nodes behind it."""
 
@@ -154,6 +189,7 @@ class Partition(_Model):
     topology: Name | None = None
     nccl_profile: Name | None = None
     env: EnvMap = Field(default_factory=dict)
+    gpu: GpuFacts | None = None
 
     @property
     def max_time_seconds(self) -> int | None:
@@ -204,6 +240,7 @@ class Topology(_Model):
     bootstrap_interface: IfName
     numa: Annotated[list[NumaDomain], Field(min_length=1)]
     nics: list[Nic] = Field(default_factory=list)
+    gpu: GpuFacts | None = None
 
     @property
     def gpu_ids(self) -> list[int]:
@@ -373,6 +410,18 @@ class SiteConfig(_Model):
                 f"which site {self.name!r} does not define"
             ) from None
 
+    def gpu_facts_for(self, partition: Partition | str | None) -> GpuFacts | None:
+        """The GPU facts of ``partition``: its own ``gpu``, else its topology's; None if unset.
+
+        Raises:
+            BadInputError: The partition names a topology the site does not define.
+        """
+        part = self._as_partition(partition)
+        if part.gpu is not None:
+            return part.gpu
+        topology = self.topology_for(part)
+        return None if topology is None else topology.gpu
+
     def nccl_profile_for(self, partition: Partition | str | None) -> tuple[str, NcclProfile] | None:
         """The NCCL profile name and profile for ``partition``, or None when there is none."""
         part = self._as_partition(partition)
@@ -412,6 +461,7 @@ class SiteConfig(_Model):
 __all__ = [
     "Container",
     "Defaults",
+    "GpuFacts",
     "MaxRequeues",
     "NcclProfile",
     "Nic",

@@ -16,10 +16,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 from click.testing import CliRunner
@@ -30,6 +29,7 @@ from hpcjobs.follow import follow_jobs
 from hpcjobs.runner import LocalRunner
 from hpcjobs.slurm.client import SlurmClient
 from tests.live.conftest import SshClientHome
+from tests.live.waiting import wait_for
 
 BIN = Path(sys.executable).absolute().parent
 PYTHON = str(BIN / "python")
@@ -40,19 +40,6 @@ import signal, sys, time
 signal.signal(signal.SIGUSR2, lambda *_: sys.exit(0))
 time.sleep(300)
 """
-
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.2) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
 
 
 @dataclass

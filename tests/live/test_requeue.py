@@ -20,37 +20,23 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
 from hpcjobs.chain import Chain, read_chain
 from hpcjobs.checkpoint import CheckpointDir
 from hpcjobs.runner import LocalRunner
+from tests.live.waiting import wait_for
 
 BIN = Path(sys.executable).absolute().parent
 PYTHON = str(BIN / "python")
 HPCJOBS = str(BIN / "hpcjobs")
 WORKLOAD = str(Path(__file__).with_name("requeue_workload.py"))
-
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.3) -> T:
-    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
 
 
 @dataclass

@@ -412,24 +412,55 @@ def test_begin_sets_aside_a_log_left_by_an_earlier_job_with_the_same_id(tmp_path
 
 
 def test_continuation_drops_one_shot_options_and_keeps_the_chain_token(tmp_path: Path) -> None:
-    env = _library_env(tmp_path, STUB_COMMENT="hpcjobs:0123abcd my sweep", HPCJOBS_SIGNAL_LEAD="60")
-    script = (
-        "HPCJOBS_SBATCH_ARGS=(--job-name=x --hold -H --begin=now+1hour -b 16:00 "
-        "--comment=mine --nodes=2 -a3 --dependency=afterok:1)\n"
-        "hpcjobs_continue preemption"
+    from hpcjobs.config.loader import load_site
+    from hpcjobs.jobspec import Where, parse_spec
+    from hpcjobs.render import render_job
+
+    spec = parse_spec(
+        {
+            "command": ["true"],
+            "output_dir": str(tmp_path / "out"),
+            "sbatch_options": ["--hold", "--begin=now+1hour", "--comment=mine", "--exclusive"],
+        }
     )
-    proc = _bash(script, env)
+    script = render_job(spec, load_site("sandbox"), where=Where(cwd=tmp_path)).script
+    assert "#SBATCH --exclusive\n" in script
+    assert "#SBATCH --hold" not in script and "#SBATCH --begin" not in script
+    (line,) = [ln for ln in script.split("\n") if ln.startswith("HPCJOBS_SBATCH_ARGS=(")]
+    assert "--exclusive" in line and "--hold" not in line and "--begin" not in line
+    env = _library_env(tmp_path, STUB_COMMENT="hpcjobs:0123abcd my sweep")
+    proc = _bash(f"{line}\nhpcjobs_continue preemption", env)
     assert proc.returncode == 0, proc.stderr
     (call,) = [
-        line
-        for line in (tmp_path / "calls.log").read_text().splitlines()
-        if line.startswith("sbatch")
+        ln for ln in (tmp_path / "calls.log").read_text().splitlines() if ln.startswith("sbatch")
     ]
     words = call.split(" ")
-    assert "--job-name=x" in words and "--nodes=2" in words
-    for one_shot in ("--hold", "-H", "--begin=now+1hour", "-b", "16:00", "-a3", "--comment=mine"):
-        assert one_shot not in words, call
+    assert "--exclusive" in words and "--comment=mine" not in words
     assert words.count("--dependency=afterany:300") == 1
-    assert "--comment=hpcjobs:0123abcd" in words and call.split("--comment=")[1].startswith(
-        "hpcjobs:0123abcd my sweep "
+    assert call.split("--comment=")[1].startswith("hpcjobs:0123abcd my sweep ")
+
+
+def test_event_log_done_marker_and_job_logs_are_private(tmp_path: Path) -> None:
+    env = _library_env(tmp_path, HPCJOBS_CHAIN_ROOT="300")
+    run_dir = Path(env["HPCJOBS_RUN_DIR"])
+    out, err = run_dir / "slurm-300.out", run_dir / "slurm-300.err"
+    for path in (out, err):
+        path.write_text("log\n")
+        path.chmod(0o644)
+    bindir = Path(env["PATH"].split(":")[0])
+    (bindir / "scontrol").write_text(
+        "#!/bin/bash\n"
+        f'echo "JobId=300 JobName=x StdOut={tmp_path}/decoy"\n'
+        f'echo "   StdErr={err}"\n'
+        'echo "   StdIn=/dev/null"\n'
+        f'echo "   StdOut={out}"\n'
     )
+    decoy = tmp_path / "decoy"
+    decoy.write_text("")
+    decoy.chmod(0o644)
+    proc = _bash("umask 022\nhpcjobs_private_logs\nhpcjobs_event start - x\nhpcjobs_mark_done", env)
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_mode & 0o777 == 0o600 and err.stat().st_mode & 0o777 == 0o600
+    assert decoy.stat().st_mode & 0o777 == 0o644  # a job name cannot point it elsewhere
+    assert (run_dir / "chain-300.tsv").stat().st_mode & 0o777 == 0o600
+    assert (run_dir / "DONE-300").stat().st_mode & 0o777 == 0o600

@@ -509,16 +509,17 @@ hpcjobs_no_slurm_requeue() {
 }
 
 # hpcjobs_continue CAUSE: submit the continuation job and stop Slurm requeueing this one.
-# The continuation gets this job's options except the one-shot ones (array, dependency, hold,
-# begin time) and this job's comment, which carries the chain's submission token.
+# The continuation gets this job's options (HPCJOBS_SBATCH_ARGS: the renderer has left out the
+# ones for the first submission only, hpcjobs.sbatchopts.FIRST_SUBMISSION_ONLY) except the array
+# and dependency, which it sets itself, and this job's comment, which carries the chain's token.
 hpcjobs_continue() {
     local args=() arg new skip=0 comment root=${HPCJOBS_CHAIN_ROOT:-$(hpcjobs_self_id)}
     for arg in "${HPCJOBS_SBATCH_ARGS[@]}"; do
         if ((skip)); then skip=0; continue; fi
         case $arg in
-            --array=* | --dependency=* | --begin=* | --comment=* | --hold | -H) continue ;;
-            -a | -d | -b | --array | --dependency | --begin | --comment) skip=1; continue ;;
-            -a* | -d* | -b*) continue ;;
+            --array=* | --dependency=* | --comment=*) continue ;;
+            -a | -d | --array | --dependency | --comment) skip=1; continue ;;
+            -a* | -d*) continue ;;
             --output=* | --error=*)
                 # Every run of the chain appends to the first run's log file.
                 arg=${arg//%j/$root}

@@ -1,0 +1,332 @@
+"""``hpcjobs plan``: the parallel layout, memory, step time and cost of a training run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from hpcjobs.cli.options import Count
+
+if TYPE_CHECKING:
+    from hpcjobs.plan.search import Candidate, Request
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--params", metavar="N", help="Parameter count: 70B, 1.5T, 7e9 or digits.")
+@click.option("--layers", type=Count(1), help="Transformer layers (l).")
+@click.option("--hidden", type=Count(1), help="Hidden size (h).")
+@click.option("--heads", type=Count(1), help="Attention heads (a).")
+@click.option("--vocab", type=Count(1), help="Vocabulary size (V).")
+@click.option("--seq-len", type=Count(1), help="Sequence length (s).")
+@click.option(
+    "--model-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A Hugging Face style config.json (layers, hidden, heads, vocab, positions).",
+)
+@click.option("--tokens", required=True, metavar="N", help="Training tokens: 300B, 2T, 1e12.")
+@click.option("--global-batch", type=Count(1), required=True, help="Sequences per step.")
+@click.option("--micro-batch", type=Count(1), help="Sequences per micro-batch (default: try 1-8).")
+@click.option(
+    "--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True
+)
+@click.option("--gpus", type=Count(1), help="GPUs to plan for (whole nodes beyond one).")
+@click.option("-N", "--nodes", type=Count(1), help="Nodes to plan for (all their GPUs).")
+@click.option("-p", "--partition", help="Partition (default: the site's).")
+@click.option("--gpu-type", metavar="NAME", help="Plan on the site's partition with this GPU type.")
+@click.option("--mfu", type=float, help="Share of dense peak achieved (default 0.4).")
+@click.option("--achieved-tflops", type=float, metavar="X", help="Achieved TFLOP/s per GPU.")
+@click.option("--from-run", metavar="JOBID", help="Use the speed a finished run here measured.")
+@click.option("--layout", "layout_text", metavar="tp=T,pp=P", help="Fix tp, pp (dp, mb, sp).")
+@click.option("--zero", type=Count(0, 3), help="Fix the ZeRO stage (0-3).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Fix it.")
+@click.option("--top", type=Count(1, 100), default=5, show_default=True, help="Layouts shown.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (bytes, seconds, FLOP/s).")
+@click.option(
+    "--apply",
+    "apply_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a job file for the best (or the fixed) layout.",
+)
+@click.option("--force", is_flag=True, help="Let --apply replace an existing file.")
+@click.option("-J", "--job-name", help="Job name for --apply (default: planned).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def plan(ctx: click.Context, /, **opts: Any) -> None:
+    """Pick the parallel layout of a training run and say how long and how much.
+
+    The model is --params N, or its shape (--layers --hidden --heads --vocab --seq-len, or
+    --model-config config.json); the run is --tokens and --global-batch. Every layout
+    (TP x PP x DP, ZeRO 0-3, recomputation, sequence parallelism) on --gpus/--nodes GPUs of
+    the partition is sized (parameters, gradients, optimizer states, activations, allowance);
+    those that fit are ranked by step time (compute at --mfu, pipeline bubble, data-parallel
+    all-reduce). Shown: the best few, with total days, GPU-hours and time-limit chunks.
+
+    --layout/--zero/--recompute fix choices; a fully fixed layout is reported even when it
+    does not fit. --apply job.yaml writes a job file for the chosen layout (COMMAND after
+    '--' becomes its command), ready for 'hpcjobs submit -f job.yaml'. See docs/plan.md.
+    """
+    from hpcjobs.config.loader import load_site
+    from hpcjobs.errors import BadInputError
+    from hpcjobs.plan import inputs
+    from hpcjobs.plan.report import candidate_data, hardware_data, model_data
+    from hpcjobs.plan.search import Fixed, Request, distinct, search
+
+    site = load_site((ctx.obj or {}).get("site"))
+    model = inputs.resolve_model(
+        params=opts["params"],
+        layers=opts["layers"],
+        hidden=opts["hidden"],
+        heads=opts["heads"],
+        vocab=opts["vocab"],
+        seq_len=opts["seq_len"],
+        model_config=opts["model_config"],
+    )
+    tokens = inputs.parse_quantity(opts["tokens"], "--tokens")
+    precision = opts["precision"]
+    res = inputs.resolve_resources(
+        site,
+        partition=opts["partition"],
+        gpu_type=opts["gpu_type"],
+        gpus=opts["gpus"],
+        nodes=opts["nodes"],
+        precision=precision,
+    )
+    from_run: dict[str, Any] | None = None
+    recompute = inputs.recompute_value(opts["recompute"])
+    if opts["from_run"] is not None:
+        if opts["mfu"] is not None or opts["achieved_tflops"] is not None:
+            raise BadInputError("give one of --mfu, --achieved-tflops and --from-run")
+        from hpcjobs.plan.fromrun import achieved_flops_per_gpu, measure_run
+        from hpcjobs.safetext import require_safe
+
+        run = measure_run(require_safe(opts["from_run"], "--from-run"))
+        rate, from_run = achieved_flops_per_gpu(
+            run, model, global_batch=opts["global_batch"], recompute=recompute or "selective"
+        )
+        achieved: float | None = rate / 1e12
+    else:
+        achieved = opts["achieved_tflops"]
+    try:
+        efficiency = inputs.efficiency_from(
+            mfu=opts["mfu"], achieved_tflops=achieved, peak_flops=res.hardware.peak_flops
+        )
+    except BadInputError as exc:
+        if from_run is not None:
+            exc.message = f"--from-run {from_run['job_id']}: {exc.message}"
+        raise
+    fixed = Fixed()
+    if opts["layout_text"]:
+        fixed = inputs.parse_layout(opts["layout_text"])
+    fixed = Fixed(
+        tp=fixed.tp,
+        pp=fixed.pp,
+        dp=fixed.dp,
+        micro_batch=fixed.micro_batch or opts["micro_batch"],
+        zero=opts["zero"],
+        recompute=recompute,
+        sp=fixed.sp,
+    )
+    request = Request(
+        model=model,
+        hardware=res.hardware,
+        gpus=res.gpus,
+        global_batch=opts["global_batch"],
+        tokens=tokens,
+        precision=precision,
+        efficiency=efficiency,
+        fixed=fixed,
+    )
+    result = search(request)
+    fitting = result.fitting
+    constrained = fixed.tp is not None or fixed.zero is not None or fixed.recompute is not None
+    if not fitting and not constrained:
+        smallest = min(result.candidates, key=lambda c: c.memory.total)
+        raise BadInputError(
+            f"no layout of {res.gpus} GPUs fits: the smallest, {smallest.layout.label()}, "
+            f"{smallest.notes[0]}",
+            hint="plan for more GPUs (--nodes), a smaller --micro-batch, or see one layout "
+            "with --layout tp=T,pp=P --zero Z --recompute full",
+        )
+    shown = distinct(fitting, opts["top"]) if fitting else result.candidates[:1]
+    chosen = shown[0]
+    applied = None
+    if opts["apply_path"] is not None:
+        applied = _apply(opts, request, chosen, res.partition.name, res.hardware.gpus_per_node)
+    data = {
+        "inputs": _inputs_echo(opts, site.name, res.partition.name, res.gpus, tokens),
+        "model": model_data(model),
+        "hardware": hardware_data(res.hardware),
+        "efficiency": efficiency,
+        "flops_per_gpu": efficiency * res.hardware.peak_flops,
+        "from_run": from_run,
+        "evaluated": result.evaluated,
+        "fitting": len(fitting),
+        "layouts": [candidate_data(request, c) for c in shown],
+        "applied": None if applied is None else str(applied),
+    }
+    if opts["as_json"]:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        _print_plan(data, request)
+    if applied is not None:
+        click.echo(f"Wrote {applied}: hpcjobs submit -f {applied}", err=True)
+        if not opts["command"]:
+            click.echo(
+                f"Hint: it has no command yet: hpcjobs submit -f {applied} -- python train.py",
+                err=True,
+            )
+
+
+def _apply(
+    opts: dict[str, Any], request: Request, chosen: Candidate, partition: str, per_node: int
+) -> Path:
+    from hpcjobs.plan.jobfile import job_data, write_job_file
+
+    data = job_data(
+        chosen.layout,
+        partition=partition,
+        gpus_per_node=per_node,
+        global_batch=request.global_batch,
+        seq_len=request.model.shape.seq_len,
+        precision=request.precision,
+        command=opts["command"],
+        name=opts["job_name"],
+    )
+    fit = "fits" if chosen.fits else "DOES NOT FIT: " + "; ".join(chosen.notes)
+    header = (
+        f"Planned by 'hpcjobs plan': {chosen.layout.label()} ({fit}).\n"
+        f"Step {chosen.step.total_s:.3f} s, {chosen.cost.days:.2f} days, "
+        f"{chosen.cost.gpu_hours:,.0f} GPU-hours. Submit: hpcjobs submit -f FILE"
+    )
+    path: Path = opts["apply_path"]
+    return write_job_file(path, data, header=header, force=opts["force"])
+
+
+def _inputs_echo(
+    opts: dict[str, Any], site: str, partition: str, gpus: int, tokens: int
+) -> dict[str, Any]:
+    keys = (
+        "params",
+        "layers",
+        "hidden",
+        "heads",
+        "vocab",
+        "seq_len",
+        "global_batch",
+        "micro_batch",
+        "precision",
+        "nodes",
+        "gpu_type",
+        "mfu",
+        "achieved_tflops",
+        "from_run",
+        "layout_text",
+        "zero",
+        "recompute",
+    )
+    echo: dict[str, Any] = {k: opts[k] for k in keys}
+    echo["layout"] = echo.pop("layout_text")
+    if opts["params"] is not None:
+        from hpcjobs.plan.inputs import parse_quantity
+
+        echo["params"] = parse_quantity(opts["params"], "--params")
+    echo["model_config"] = None if opts["model_config"] is None else str(opts["model_config"])
+    echo.update(site=site, partition=partition, gpus=gpus, tokens=tokens)
+    return echo
+
+
+def _gb(value: int) -> str:
+    return f"{value / 1e9:.1f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.2f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def _print_plan(data: dict[str, Any], request: Request) -> None:
+    from hpcjobs.cli.status import table
+
+    model, hw, inp = data["model"], data["hardware"], data["inputs"]
+    shape = (
+        f"{model['layers']} layers, h={model['hidden']}, {model['heads']} heads, "
+        f"V={model['vocab']}, s={model['seq_len']}"
+    )
+    if model["shape_assumed"]:
+        shape = f"shape assumed from the count: {shape}"
+    click.echo(f"Model: {model['params'] / 1e9:.2f}B parameters ({shape}), {inp['precision']}")
+    click.echo(
+        f"Run: {inp['tokens'] / 1e9:g}B tokens, global batch {inp['global_batch']} x "
+        f"{model['seq_len']} tokens"
+    )
+    nodes = max(1, inp["gpus"] // hw["gpus_per_node"])
+    click.echo(
+        f"GPUs: {inp['gpus']} x {hw['gpu']} ({nodes} node(s), partition {inp['partition']} of "
+        f"site {inp['site']}): {hw['peak_flops_per_gpu'] / 1e12:g} TFLOP/s dense peak, "
+        f"{_gb(hw['memory_bytes'])} GB, NVLink domain {hw['nvlink_domain']}, "
+        f"{hw['internode_bytes_per_s'] * 8 / 1e9:g} Gbit/s per GPU between nodes"
+    )
+    speed = f"{data['efficiency'] * 100:.1f}% of peak ({data['flops_per_gpu'] / 1e12:.1f} TFLOP/s"
+    speed += " per GPU on the FLOPs executed)"
+    if data["from_run"]:
+        run = data["from_run"]
+        speed += (
+            f", measured by job {run['job_id']}: {run['step_s']:.4g} s per step on "
+            f"{run['gpus']} GPUs ({run['timed_by']})"
+        )
+    click.echo(f"Speed: {speed}")
+    click.echo(f"Layouts: {data['evaluated']} evaluated, {data['fitting']} fit")
+    click.echo()
+    rows = []
+    for n, item in enumerate(data["layouts"], 1):
+        mem, step, run_cost = item["memory_bytes"], item["step_s"], item["training"]
+        chunks = run_cost["time_limit_chunks"]
+        rows.append(
+            [
+                str(n),
+                f"tp={item['tp']} pp={item['pp']} dp={item['dp']} mb={item['micro_batch']}"
+                + (" sp" if item["sequence_parallel"] else ""),
+                str(item["zero"]),
+                item["recompute"],
+                _gb(mem["total"]),
+                _duration(step["total"]),
+                f"{run_cost['days']:.2f}",
+                f"{run_cost['gpu_hours']:,.0f}",
+                "-" if chunks is None else str(chunks),
+                f"{item['mfu'] * 100:.1f}%",
+            ]
+        )
+    headers = ["#", "LAYOUT", "ZERO", "RECOMPUTE", "GB/GPU", "STEP", "DAYS", "GPU-HOURS"]
+    click.echo(table([*headers, "CHUNKS", "MFU"], rows))
+    for n, item in enumerate(data["layouts"], 1):
+        mem, step = item["memory_bytes"], item["step_s"]
+        click.echo()
+        verdict = "fits" if item["fits"] else "DOES NOT FIT"
+        click.echo(f"#{n}: {verdict}")
+        for note in item["notes"]:
+            click.echo(f"  ! {note}")
+        click.echo(
+            f"  memory per GPU: parameters {_gb(mem['parameters'])} + gradients "
+            f"{_gb(mem['gradients'])} + optimizer {_gb(mem['optimizer'])} + activations "
+            f"{_gb(mem['activations'])} + allowance {_gb(mem['allowance'])} = "
+            f"{_gb(mem['total'])} of {_gb(mem['available'])} GB"
+        )
+        click.echo(
+            f"  step: compute {_duration(step['compute'])} + bubble "
+            f"{_duration(step['pipeline_bubble'])} ({item['micro_batches_per_pipeline']} "
+            f"micro-batches) + DP all-reduce {_duration(step['dp_allreduce'])} = "
+            f"{_duration(step['total'])}; {item['training']['iterations']:,} steps"
+        )
+    if data["layouts"] and data["layouts"][0]["training"]["time_limit_chunks"]:
+        limit = request.hardware.max_time_s or 0
+        click.echo()
+        click.echo(
+            f"Chunks: runs of at most the partition's time limit ({limit / 3600:g} h) "
+            "each, chained by requeue."
+        )
