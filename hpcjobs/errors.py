@@ -1,7 +1,9 @@
 """The one exception hierarchy of hpcjobs, and the exit code of each kind of error.
 
 Library code raises these; only the CLI turns them into a message and an exit status.
-Exit codes: 0 ok, 1 job failed, 2 bad input, 3 Slurm error, 4 SSH/transport error.
+Exit codes: 0 ok, 1 job failed, 2 bad input (a local setup that cannot be made, such as packages
+apt-get could not install, counts here: it is not a Slurm error), 3 Slurm error, 4 SSH/transport
+error.
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ class SandboxError(HpcJobsError):
     """The local sandbox cluster cannot be set up, started or stopped."""
 
     exit_code = EXIT_SLURM
+
+
+class HostSetupError(HpcJobsError):
+    """Preparing this machine failed: apt-get, debootstrap, a virtualenv. Not a Slurm error."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 class SlurmError(HpcJobsError):

@@ -90,8 +90,80 @@ def shared_tmp(sandbox: object) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+#: Live tests that need torch. On trixie PyPI has only a multi-GB CUDA torch for Python 3.13,
+#: so the trixie venv has none: there they are deselected, loudly; bookworm still runs them.
+TORCH_TESTS = ("tests/live/test_torchrun.py", "test_ddp_preempted_once")
+NO_TORCH_RELEASES = ("trixie",)
+_DESELECTED: list[str] = []
+
+
+def release_line() -> str:
+    """What the suite runs against, e.g. "Slurm 24.11.5 (trixie), Python 3.13.5"."""
+    import platform
+
+    from hpcjobs.errors import CommandError
+    from hpcjobs.runner import LocalRunner
+    from hpcjobs.sandbox.release import host_release
+
+    release = host_release()
+    # Not `sinfo --version`: Slurm 22.05 wants a configuration even for that.
+    argv = ["dpkg-query", "-W", "-f=${Version}", "slurm-client"]
+    try:
+        out = LocalRunner().run(argv, check=False, timeout=10).stdout.strip()
+    except CommandError:
+        out = ""
+    slurm = out.split(":")[-1].split("-")[0] if out else "not installed"
+    codename = release.codename if release else "unknown release"
+    return f"Slurm {slurm} ({codename}), Python {platform.python_version()}"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"hpcjobs: {release_line()}"
+
+
+def _torch_missing() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Anything under tests/live is a live Slurm test."""
+    """Anything under tests/live is a live Slurm test. Torch tests leave the run on releases
+    whose venv has no torch (see TORCH_TESTS), with the reason printed."""
+    from hpcjobs.sandbox.release import host_release
+
     for item in items:
         if "tests/live/" in str(item.fspath).replace(os.sep, "/"):
             item.add_marker(pytest.mark.slurm)
+    release = host_release()
+    if release is None or release.codename not in NO_TORCH_RELEASES or not _torch_missing():
+        return
+    keep, drop = [], []
+    for item in items:
+        nodeid = item.nodeid.replace(os.sep, "/")
+        (drop if any(t in nodeid for t in TORCH_TESTS) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+        _DESELECTED[:] = [item.nodeid for item in drop]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if _DESELECTED:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(_deselect_reason())
+
+
+def _deselect_reason() -> str:
+    return (
+        f"hpcjobs: deselected {len(_DESELECTED)} torch test(s) on this release: no torch here "
+        "(PyPI has only a multi-GB CUDA build for Python 3.13); they run on bookworm: "
+        + ", ".join(_DESELECTED)
+    )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _DESELECTED:
+        terminalreporter.write_line(_deselect_reason())
+    terminalreporter.write_line(f"hpcjobs: ran against {release_line()}")

@@ -23,6 +23,17 @@ state_dir_option = click.option(
 )
 
 
+release_option = click.option(
+    "--release",
+    type=click.Choice(["bookworm", "trixie"]),
+    default=None,
+    help="Debian release whose Slurm the sandbox runs: bookworm (Slurm 22.05) or trixie "
+    "(Slurm 24.11). Default: this machine's own, or the one the state dir was built for. "
+    "The other release runs under chroot in a Debian root built once in "
+    "<state dir>/root; its default state dir is ~/.local/state/hpcjobs/sandbox-<release>.",
+)
+
+
 def _progress(message: str) -> None:
     click.echo(f"  {message}", err=True)
 
@@ -50,6 +61,7 @@ def sandbox() -> None:
 
 @sandbox.command()
 @state_dir_option
+@release_option
 @click.option(
     "--port-base",
     type=int,
@@ -64,14 +76,30 @@ def sandbox() -> None:
     default=None,
     help="Seconds a preempted 'batch' job gets to checkpoint before it is killed (30).",
 )
+@click.option(
+    "--bind",
+    "binds",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="For a sandbox of the other release: also show this host folder inside the root, "
+    "at the same absolute path (a checkout, to run its tests there). Repeatable.",
+)
 def up(
-    state_dir: Path | None, port_base: int | None, nodes: int | None, grace_time: int | None
+    state_dir: Path | None,
+    release: str | None,
+    port_base: int | None,
+    nodes: int | None,
+    grace_time: int | None,
+    binds: tuple[Path, ...],
 ) -> None:
     """Start the sandbox (idempotent) and wait until all nodes are idle.
 
-    Installs the Debian packages it needs when run as root and they are missing.
+    Installs the Debian packages it needs when run as root and they are missing. For the
+    other Debian release it first builds a Debian root with debootstrap (once, about a
+    minute) and runs every daemon under chroot there.
     """
-    box = Sandbox(state_dir)
+    box = Sandbox(state_dir, release)
+    box.binds = [p.resolve() for p in binds]
     base = box.saved_settings() or Settings()
     changes = {
         key: value
@@ -91,15 +119,32 @@ def up(
         f"{', '.join(settings.node_names)} with gpu:h100:{settings.gpus_per_node}.",
         err=True,
     )
-    click.echo(f'Use it with:  eval "$(hpcjobs sandbox env --state-dir {box.state_dir})"', err=True)
+    if box.root is not None:
+        click.echo(
+            f"Slurm runs inside the Debian root {box.root.path}; see how to use it with:  "
+            f"hpcjobs sandbox env --state-dir {box.state_dir}",
+            err=True,
+        )
+    else:
+        click.echo(
+            f'Use it with:  eval "$(hpcjobs sandbox env --state-dir {box.state_dir})"', err=True
+        )
 
 
 @sandbox.command()
 @state_dir_option
-@click.option("--purge", is_flag=True, help="Also delete the state directory (database, logs).")
-def down(state_dir: Path | None, purge: bool) -> None:
-    """Stop every process the sandbox started, job steps included (idempotent)."""
-    box = Sandbox(state_dir)
+@release_option
+@click.option(
+    "--purge",
+    is_flag=True,
+    help="Also delete the state directory (database, logs, and a Debian root: unmounted first).",
+)
+def down(state_dir: Path | None, release: str | None, purge: bool) -> None:
+    """Stop every process the sandbox started, job steps included (idempotent).
+
+    A sandbox of the other release also unmounts what it bound into its root.
+    """
+    box = Sandbox(state_dir, release)
     stopped = box.down(purge=purge, progress=_progress)
     if stopped:
         click.echo(f"Sandbox stopped ({len(stopped)} process(es)).", err=True)
@@ -109,13 +154,14 @@ def down(state_dir: Path | None, purge: bool) -> None:
 
 @sandbox.command()
 @state_dir_option
+@release_option
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def status(state_dir: Path | None, as_json: bool) -> None:
+def status(state_dir: Path | None, release: str | None, as_json: bool) -> None:
     """Show daemons, nodes, partitions and whether accounting (sacct) works.
 
     Exits 0 when the sandbox is running, 3 when it is not.
     """
-    box = Sandbox(state_dir)
+    box = Sandbox(state_dir, release)
     info = box.status()
     if as_json:
         click.echo(json.dumps(asdict(info), indent=2))
@@ -132,7 +178,9 @@ def _print_status(info: Status) -> None:
         return
     click.echo(f"SLURM_CONF: {info.slurm_conf}")
     if info.slurm_version:
-        click.echo(f"Slurm:      {info.slurm_version}")
+        where = f", in the Debian root {info.root}" if info.root else ""
+        release = f" ({info.release}{where})" if info.release else ""
+        click.echo(f"Slurm:      {info.slurm_version}{release}")
     daemons = ", ".join(f"{name} {'up' if pid else 'DOWN'}" for name, pid in info.daemons.items())
     click.echo(f"Daemons:    {daemons}")
     acct = "yes" if info.accounting else f"NO ({info.accounting_detail})"
@@ -154,8 +202,9 @@ def _print_status(info: Status) -> None:
 
 @sandbox.command()
 @state_dir_option
+@release_option
 @click.option("--json", "as_json", is_flag=True, help="Print the variables as JSON.")
-def env(state_dir: Path | None, as_json: bool) -> None:
+def env(state_dir: Path | None, release: str | None, as_json: bool) -> None:
     """Print shell exports that point Slurm's commands and hpcjobs at the sandbox.
 
     SLURM_CONF points Slurm's commands at the sandbox's slurm.conf; HPCJOBS_SITE=sandbox picks
@@ -165,11 +214,27 @@ def env(state_dir: Path | None, as_json: bool) -> None:
     eval "$(hpcjobs sandbox env)"
     sinfo
     hpcjobs submit --wait -- hostname
+
+    For a sandbox of the other release the clients must run inside its Debian root (a
+    Slurm 22.05 client cannot talk to a 24.11 controller, nor the reverse): the output then
+    starts with comment lines that show the chroot command, and --json adds "root".
     """
-    box = Sandbox(state_dir)
+    box = Sandbox(state_dir, release)
     variables = box.layout.shell_env()
     if as_json:
-        click.echo(json.dumps(variables))
+        data = {**variables, **({"root": str(box.root.path)} if box.root else {})}
+        click.echo(json.dumps(data))
         return
+    if box.root is not None:
+        assert box.release is not None
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in variables.items())
+        click.echo(
+            f"# Slurm {box.release.slurm} ({box.release.codename}) runs inside the Debian root "
+            f"{box.root.path}; the clients of this machine cannot talk to it."
+        )
+        click.echo("# Run commands inside the root, for example:")
+        click.echo(f"#   sudo chroot {shlex.quote(str(box.root.path))} env {exports} sinfo")
+        click.echo(f"#   sudo chroot {shlex.quote(str(box.root.path))} env {exports} bash -l")
+        click.echo("# These exports are for shells inside the root:")
     for key, value in variables.items():
         click.echo(f"export {key}={shlex.quote(value)}")

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import os
 import secrets
-import shutil
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,9 @@ from hpcjobs.errors import CommandError, SandboxError
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.sandbox import confgen, packages, procs
 from hpcjobs.sandbox.layout import CLUSTER_NAME, Layout, Settings, default_state_dir
+from hpcjobs.sandbox.release import Release, get_release, host_release
+from hpcjobs.sandbox.root import MARKER as ROOT_MARKER
+from hpcjobs.sandbox.root import DebianRoot, remove_tree
 from hpcjobs.textlines import split_lines
 
 log = logging.getLogger(__name__)
@@ -61,17 +64,89 @@ class Status:
     accounting_detail: str = ""
     slurm_version: str = ""
     settings: dict[str, Any] = field(default_factory=dict)
+    release: str = ""
+    root: str = ""
+
+
+@dataclass(frozen=True)
+class ChrootRunner:
+    """A runner whose commands run inside a Debian root."""
+
+    inner: LocalRunner
+    root: DebianRoot
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> Result:
+        return self.inner.run(
+            self.root.argv(argv), stdin=stdin, timeout=timeout, check=check, env=env
+        )
+
+
+def recorded_release(state_dir: Path) -> str | None:
+    """The release whose root ``state_dir`` holds, if it holds a finished one."""
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads((state_dir / "root" / ROOT_MARKER).read_text())
+        if isinstance(data, dict) and isinstance(data.get("release"), str):
+            return str(data["release"])
+    return None
+
+
+def choose_release(
+    requested: str | None, state_dir: Path | None, host: Release | None
+) -> Release | None:
+    """The release a sandbox runs: the one asked for, else the one its state dir's root
+    was built for, else this machine's own (None: not a Debian release we know)."""
+    if requested:
+        return get_release(requested)
+    if state_dir is not None:
+        recorded = recorded_release(state_dir.expanduser().resolve())
+        if recorded:
+            return get_release(recorded)
+    return host
 
 
 class Sandbox:
-    """One local cluster, identified by its state directory."""
+    """One local cluster, identified by its state directory.
 
-    def __init__(self, state_dir: Path | None = None) -> None:
-        self.layout = Layout((state_dir or default_state_dir()).expanduser().resolve())
-        self.runner = LocalRunner(env=self.layout.client_env())
+    On this machine's own Debian release the daemons run on the host. For the other release
+    they run under ``chroot`` in a Debian root built once in ``<state dir>/root``; the cluster's
+    files then live in ``<state dir>/data``, bind-mounted into the root at the same path, so
+    every path means the same inside and outside.
+    """
+
+    def __init__(self, state_dir: Path | None = None, release: str | None = None) -> None:
+        host = host_release()
+        chosen = choose_release(release, state_dir, host)
+        self.release = chosen
+        foreign = chosen is not None and host is not None and chosen != host
+        base = state_dir or default_state_dir(chosen.codename if foreign and chosen else None)
+        self.home = base.expanduser().resolve()
+        self.root: DebianRoot | None = None
+        self.runner: LocalRunner | ChrootRunner
+        if foreign and chosen is not None:
+            self.root = DebianRoot(self.home / "root", chosen)
+            self.layout = Layout(self.home / "data")
+            self.runner = ChrootRunner(LocalRunner(env=self.layout.client_env()), self.root)
+        else:
+            self.layout = Layout(self.home)
+            self.runner = LocalRunner(env=self.layout.client_env())
+        #: Extra host folders bound into the root at their own path (a checkout, for tests).
+        self.binds: list[Path] = []
 
     @property
     def state_dir(self) -> Path:
+        return self.home
+
+    @property
+    def marker_dir(self) -> Path:
+        """What the daemons carry in their ownership marker: the cluster's own files."""
         return self.layout.root
 
     # ---- settings -------------------------------------------------------------------------
@@ -92,11 +167,11 @@ class Sandbox:
     def daemon_pids(self) -> dict[str, int | None]:
         settings = self.saved_settings() or Settings()
         pids: dict[str, int | None] = {
-            name: procs.running_pid(self.layout.pid_file(name), self.state_dir) for name in DAEMONS
+            name: procs.running_pid(self.layout.pid_file(name), self.marker_dir) for name in DAEMONS
         }
         for node in settings.node_names:
             pids[f"slurmd-{node}"] = procs.running_pid(
-                self.layout.pid_file(f"slurmd-{node}"), self.state_dir
+                self.layout.pid_file(f"slurmd-{node}"), self.marker_dir
             )
         return pids
 
@@ -119,8 +194,14 @@ class Sandbox:
                 f"the sandbox in {self.state_dir} is running with other settings",
                 hint="run 'hpcjobs sandbox down' first, then 'up' with the new settings",
             )
-        packages.ensure_installed(progress=progress)
+        if self.root is not None:
+            self.root.ensure_built(progress)
+        else:
+            packages.ensure_installed(progress=progress)
         self._prepare_files(wanted)
+        if self.root is not None:
+            self.root.copy_host_files()
+            self.root.mount([self.layout.root, self.layout.run, *self.binds])
         self._start_munge(progress)
         self._start_mariadb(wanted, progress)
         self._start_slurmdbd(wanted, progress)
@@ -152,9 +233,32 @@ class Sandbox:
             _write_private(lay.munge_key, secrets.token_bytes(1024))
         _write_public(lay.slurm_conf, confgen.slurm_conf(settings, lay, _short_hostname()))
         _write_public(lay.gres_conf, confgen.gres_conf(settings))
+        cgroup = confgen.cgroup_conf(self.release.slurm_major if self.release else None)
+        if cgroup is None:
+            with contextlib.suppress(FileNotFoundError):
+                lay.cgroup_conf.unlink()
+        else:
+            _write_public(lay.cgroup_conf, cgroup)
         password = self._db_password()
         _write_private(lay.slurmdbd_conf, confgen.slurmdbd_conf(settings, lay, password).encode())
         _write_public(lay.settings_file, settings.to_json() + "\n")
+
+    def _program(self, name: str) -> str:
+        """Where program ``name`` is, on the host or (as seen from inside) in the root."""
+        if self.root is None:
+            return _program(name)
+        for folder in (*packages.SBIN_DIRS, "/usr/bin", "/bin"):
+            path = f"{folder}/{name}"
+            if self.root.has_program(path):
+                return path
+        raise SandboxError(
+            f"{name!r} is not installed in the root {self.root.path}",
+            hint="run 'hpcjobs sandbox down --purge' and 'up' again to rebuild it",
+        )
+
+    def _daemon(self, argv: list[str]) -> list[str]:
+        """A daemon's argv, run inside the root when there is one."""
+        return self.root.argv(argv) if self.root else argv
 
     def _db_password(self) -> str:
         try:
@@ -166,24 +270,26 @@ class Sandbox:
         return secrets.token_urlsafe(24)
 
     def _env(self) -> dict[str, str]:
-        return procs.marker_env(self.state_dir, self.layout.client_env())
+        return procs.marker_env(self.marker_dir, self.layout.client_env())
 
     def _start_munge(self, progress: Progress) -> None:
         lay = self.layout
-        if procs.running_pid(lay.pid_file("munged"), self.state_dir):
+        if procs.running_pid(lay.pid_file("munged"), self.marker_dir):
             return
         progress("starting munged")
         with contextlib.suppress(FileNotFoundError):
             lay.munge_socket.unlink()
         procs.start_daemon(
-            [
-                _program("munged"),
-                f"--socket={lay.munge_socket}",
-                f"--key-file={lay.munge_key}",
-                f"--log-file={lay.log_file('munged')}",
-                f"--pid-file={lay.pid_file('munged')}",
-                f"--seed-file={lay.munge_dir / 'munged.seed'}",
-            ],
+            self._daemon(
+                [
+                    self._program("munged"),
+                    f"--socket={lay.munge_socket}",
+                    f"--key-file={lay.munge_key}",
+                    f"--log-file={lay.log_file('munged')}",
+                    f"--pid-file={lay.pid_file('munged')}",
+                    f"--seed-file={lay.munge_dir / 'munged.seed'}",
+                ]
+            ),
             self._env(),
             lay.log_file("munged-start"),
         )
@@ -196,14 +302,14 @@ class Sandbox:
 
     def _start_mariadb(self, settings: Settings, progress: Progress) -> None:
         lay = self.layout
-        if not procs.running_pid(lay.pid_file("mariadbd"), self.state_dir):
+        if not procs.running_pid(lay.pid_file("mariadbd"), self.marker_dir):
             _ensure_port_free("MariaDB", settings.mysql_port)
             if not (lay.mysql_dir / "mysql").is_dir():
                 progress("initialising the accounting database")
                 lay.mysql_dir.mkdir(mode=0o700, exist_ok=True)
                 result = self.runner.run(
                     [
-                        _program("mariadb-install-db"),
+                        self._program("mariadb-install-db"),
                         "--no-defaults",
                         f"--datadir={lay.mysql_dir}",
                         "--user=root",
@@ -221,20 +327,23 @@ class Sandbox:
                     )
             progress("starting MariaDB")
             procs.start_foreground(
-                [
-                    _program("mariadbd"),
-                    "--no-defaults",
-                    f"--datadir={lay.mysql_dir}",
-                    "--user=root",
-                    "--bind-address=127.0.0.1",
-                    f"--port={settings.mysql_port}",
-                    f"--socket={lay.mysql_socket}",
-                    f"--pid-file={lay.pid_file('mariadbd')}",
-                    f"--log-error={lay.log_file('mariadbd')}",
-                    "--skip-log-bin",
-                    "--innodb-buffer-pool-size=64M",
-                    "--innodb-lock-wait-timeout=900",
-                ],
+                self._daemon(
+                    [
+                        self._program("mariadbd"),
+                        "--no-defaults",
+                        f"--datadir={lay.mysql_dir}",
+                        "--user=root",
+                        "--bind-address=127.0.0.1",
+                        f"--port={settings.mysql_port}",
+                        f"--socket={lay.mysql_socket}",
+                        f"--pid-file={lay.pid_file('mariadbd')}",
+                        f"--log-error={lay.log_file('mariadbd')}",
+                        "--skip-log-bin",
+                        "--skip-ssl",
+                        "--innodb-buffer-pool-size=64M",
+                        "--innodb-lock-wait-timeout=900",
+                    ]
+                ),
                 self._env(),
                 lay.log_file("mariadbd-start"),
             )
@@ -257,8 +366,9 @@ class Sandbox:
 
     def _mysql(self, args: list[str]) -> list[str]:
         return [
-            _program("mariadb"),
+            self._program("mariadb"),
             "--no-defaults",
+            "--skip-ssl",
             f"--socket={self.layout.mysql_socket}",
             "-u",
             "root",
@@ -267,11 +377,13 @@ class Sandbox:
 
     def _start_slurmdbd(self, settings: Settings, progress: Progress) -> None:
         lay = self.layout
-        if procs.running_pid(lay.pid_file("slurmdbd"), self.state_dir):
+        if procs.running_pid(lay.pid_file("slurmdbd"), self.marker_dir):
             return
         _ensure_port_free("slurmdbd", settings.dbd_port)
         progress("starting slurmdbd")
-        procs.start_daemon([_program("slurmdbd")], self._env(), lay.log_file("slurmdbd-start"))
+        procs.start_daemon(
+            self._daemon([self._program("slurmdbd")]), self._env(), lay.log_file("slurmdbd-start")
+        )
         _wait("slurmdbd", lambda: _port_open(settings.dbd_port), 60, lay.log_file("slurmdbd"))
 
     def _register_accounting(self, progress: Progress) -> None:
@@ -320,11 +432,11 @@ class Sandbox:
 
     def _start_slurmctld(self, settings: Settings, progress: Progress) -> None:
         lay = self.layout
-        if not procs.running_pid(lay.pid_file("slurmctld"), self.state_dir):
+        if not procs.running_pid(lay.pid_file("slurmctld"), self.marker_dir):
             _ensure_port_free("slurmctld", settings.ctld_port)
             progress("starting slurmctld")
             procs.start_daemon(
-                [_program("slurmctld"), "-f", str(lay.slurm_conf)],
+                self._daemon([self._program("slurmctld"), "-f", str(lay.slurm_conf)]),
                 self._env(),
                 lay.log_file("slurmctld-start"),
             )
@@ -338,13 +450,13 @@ class Sandbox:
     def _start_slurmds(self, settings: Settings, progress: Progress) -> None:
         lay = self.layout
         for i, node in enumerate(settings.node_names, start=1):
-            if procs.running_pid(lay.pid_file(f"slurmd-{node}"), self.state_dir):
+            if procs.running_pid(lay.pid_file(f"slurmd-{node}"), self.marker_dir):
                 continue
             _ensure_port_free(f"slurmd {node}", settings.node_port(i))
             progress(f"starting slurmd {node}")
             # An absolute -f matters: jobs inherit SLURM_CONF from slurmd.
             procs.start_daemon(
-                [_program("slurmd"), "-f", str(lay.slurm_conf), "-N", node],
+                self._daemon([self._program("slurmd"), "-f", str(lay.slurm_conf), "-N", node]),
                 self._env(),
                 lay.log_file(f"slurmd-{node}-start"),
             )
@@ -408,6 +520,8 @@ class Sandbox:
             running=any(p is not None for p in pids.values()),
             daemons=pids,
             settings=dict(vars(saved)) if saved else {},
+            release=self.release.codename if self.release else "",
+            root=str(self.root.path) if self.root else "",
         )
         if pids.get("slurmctld") is None:
             return status
@@ -477,7 +591,7 @@ class Sandbox:
             progress(f"stopping {name}")
             procs.stop(pid)
             stopped.append(pid)
-        leftovers = procs.sandbox_processes(self.state_dir)
+        leftovers = procs.sandbox_processes(self.marker_dir)
         if leftovers:
             progress(f"killing {len(leftovers)} leftover job process(es)")
             procs.kill_all(leftovers)
@@ -485,9 +599,14 @@ class Sandbox:
         for name in order:
             with contextlib.suppress(FileNotFoundError):
                 self.layout.pid_file(name).unlink()
+        if self.root is not None and self.root.mounted():
+            progress(f"unmounting {self.root.path}")
+            # Unmount BEFORE anything is deleted: the root has the host's /dev bound in.
+            self.root.unmount()
         if purge and self.state_dir.exists():
             progress(f"removing {self.state_dir}")
-            shutil.rmtree(self.state_dir)
+            # Refuses while anything below is still mounted.
+            remove_tree(self.state_dir)
         return stopped
 
     def cancel_all_jobs(self, progress: Progress = _quiet) -> None:

@@ -21,13 +21,18 @@ SANDBOX_ENV_COMMAND = 'eval "$(hpcjobs sandbox env)"'
 GPU_TYPE = "h100"
 
 
-def default_state_dir() -> Path:
-    """``$HPCJOBS_SANDBOX_DIR``, else ``$XDG_STATE_HOME/hpcjobs/sandbox``."""
+def default_state_dir(release: str | None = None) -> Path:
+    """``$HPCJOBS_SANDBOX_DIR``, else ``$XDG_STATE_HOME/hpcjobs/sandbox``.
+
+    A sandbox of another Debian release than this machine's (``release``) defaults to
+    ``sandbox-<release>`` next to it, so both can run at once.
+    """
     explicit = os.environ.get("HPCJOBS_SANDBOX_DIR")
     if explicit:
         return Path(explicit).expanduser().resolve()
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return (Path(base) / "hpcjobs" / "sandbox").resolve()
+    name = f"sandbox-{release}" if release else "sandbox"
+    return (Path(base) / "hpcjobs" / name).resolve()
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,10 @@ class Layout:
     @property
     def slurmdbd_conf(self) -> Path:
         return self.etc / "slurmdbd.conf"
+
+    @property
+    def cgroup_conf(self) -> Path:
+        return self.etc / "cgroup.conf"
 
     @property
     def gres_conf(self) -> Path:

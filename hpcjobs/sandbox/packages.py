@@ -7,7 +7,7 @@ import shlex
 import shutil
 from collections.abc import Callable
 
-from hpcjobs.errors import SandboxError
+from hpcjobs.errors import CommandError, HostSetupError, SandboxError
 from hpcjobs.runner import LocalRunner, Runner
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "mariadb-server")
@@ -62,8 +62,12 @@ def ensure_installed(
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     if progress:
         progress(f"installing {', '.join(missing)} with apt-get (one time)")
-    run.run(["apt-get", "update", "-q"], timeout=600, env=env)
-    run.run(command, timeout=1800, env=env)
+    for argv, timeout in ((["apt-get", "update", "-q"], 600), (command, 1800)):
+        # A failing apt-get is a problem of this machine, not of Slurm (exit code 5, not 3).
+        try:
+            run.run(argv, timeout=timeout, env=env)
+        except CommandError as exc:
+            raise HostSetupError(f"{argv[0]} {argv[1]} failed: {exc.message}") from exc
     still = missing_packages()
     if still:
-        raise SandboxError(f"apt-get did not provide: {', '.join(still)}")
+        raise HostSetupError(f"apt-get did not provide: {', '.join(still)}")
