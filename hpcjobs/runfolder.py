@@ -34,8 +34,9 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -45,6 +46,7 @@ from hpcjobs.errors import BadInputError, CommandError, HpcJobsError
 from hpcjobs.runner import Result, Runner
 
 RUN_FORMAT = 1
+_JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
 
 #: What to do with a checkpoint folder that belongs to another run.
 Reuse = Literal["fresh", "resume"]
@@ -102,6 +104,7 @@ class Prepared:
     path: str
     action: Literal["new", "continue", "finished", "fresh", "resume"]
     set_aside: str | None = None
+    record: dict[str, Any] | None = None
 
     def note(self) -> str | None:
         """A line for the user, when the decision is worth knowing about."""
@@ -162,15 +165,32 @@ def _ok(runner: Runner, path: str, argv: list[str]) -> bool:
     return _run(runner, path, argv).ok
 
 
-def decide(state: FolderState, print_: str, reuse: Reuse | None) -> Prepared:
+def owner_jobs(state: FolderState) -> list[str]:
+    """The job ids the owning run was submitted as (recorded by submit, or by a job itself)."""
+    owner = state.owner or {}
+    ids = owner.get("job_ids")
+    found = [str(i) for i in ids] if isinstance(ids, list) else []
+    if owner.get("claimed_by_job"):
+        found.append(str(owner["claimed_by_job"]))
+    return [i for i in found if _JOB_ID.fullmatch(i)]
+
+
+def decide(
+    state: FolderState, print_: str, reuse: Reuse | None, *, owner_active: bool | None = None
+) -> Prepared:
     """The decision for a folder (pure logic; see the module docstring).
+
+    ``owner_active`` says whether a job of the run that claimed the folder is still queued
+    (None: unknown). A claimed folder without checkpoints is free once that run has left the
+    queue; while it may still start, another run needs ``reuse``.
 
     Raises:
         BadInputError: the folder belongs to another run and ``reuse`` is not given.
     """
     path = state.path
     owner_print = (state.owner or {}).get("fingerprint")
-    if not state.exists or (not state.has_work and owner_print in (None, "", print_)):
+    free = owner_print in (None, "", print_) or owner_active is False
+    if not state.exists or (not state.has_work and free):
         return Prepared(path, "new")  # nothing to resume from, stop at, or take from anyone
     if reuse == "fresh":
         return Prepared(path, "fresh")
@@ -211,6 +231,7 @@ def prepare_run_folder(
     dry_run: bool = False,
     job_name: str | None = None,
     now: datetime | None = None,
+    queued: Callable[[list[str]], bool | None] | None = None,
 ) -> Prepared:
     """Check the checkpoint folder against this run and claim it (unless ``dry_run``).
 
@@ -221,12 +242,20 @@ def prepare_run_folder(
         identity: :func:`run_identity` of the new job.
         reuse: what to do with a folder of another run: ``fresh`` or ``resume``.
         dry_run: only decide; change nothing.
+        queued: whether any of these job ids is still in Slurm's queue (one query); asked
+            only for a folder that another run claimed and has not checkpointed into.
 
     Raises:
         BadInputError: the folder belongs to another run, or cannot be created or written.
     """
     print_ = fingerprint(identity)
-    decision = decide(inspect_folder(runner, path), print_, reuse)
+    state = inspect_folder(runner, path)
+    owner_active = None
+    owner_print = (state.owner or {}).get("fingerprint")
+    if queued is not None and not state.has_work and owner_print and owner_print != print_:
+        ids = owner_jobs(state)
+        owner_active = queued(ids) if ids else None
+    decision = decide(state, print_, reuse, owner_active=owner_active)
     if dry_run:
         return decision
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
@@ -240,19 +269,36 @@ def prepare_run_folder(
             set_aside = _join(path, f"{DONE}.old-{stamp}")
             _move(runner, _join(path, DONE), set_aside)
     _make_folder(runner, path)
+    record = dict(state.owner or {})
     if decision.action != "continue" and decision.action != "finished":
         record = {
             "format": RUN_FORMAT,
             "fingerprint": print_,
             "job_name": job_name,
             "claimed": stamp,
+            "job_ids": [],
             **identity,
         }
-        try:
-            files.write_text(_join(path, RUN_FILE), json.dumps(record, sort_keys=True) + "\n")
-        except OSError as exc:
-            raise _unusable(path, exc.strerror or str(exc)) from exc
-    return Prepared(path, decision.action, set_aside)
+        _write_run(files, path, record)
+    return Prepared(path, decision.action, set_aside, record)
+
+
+def note_submitted(files: Any, prepared: Prepared, job_ids: Sequence[str]) -> None:
+    """Add the new job ids to the RUN file, so a later submission can tell whether the run
+    that claimed the folder may still start."""
+    record = dict(prepared.record or {})
+    if not record.get("fingerprint"):
+        return
+    known = record.get("job_ids")
+    record["job_ids"] = [*(known if isinstance(known, list) else []), *job_ids]
+    _write_run(files, prepared.path, record)
+
+
+def _write_run(files: Any, path: str, record: Mapping[str, Any]) -> None:
+    try:
+        files.write_text(_join(path, RUN_FILE), json.dumps(record, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise _unusable(path, exc.strerror or str(exc)) from exc
 
 
 def _make_folder(runner: Runner, path: str) -> None:

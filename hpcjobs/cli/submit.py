@@ -409,6 +409,8 @@ def _submit(
 ) -> None:
     import json
 
+    from hpcjobs.records import LocalFiles
+    from hpcjobs.runfolder import note_submitted
     from hpcjobs.runner import LocalRunner
     from hpcjobs.slurm.backend import make_client
     from hpcjobs.submission import submit_rendered
@@ -418,6 +420,7 @@ def _submit(
     files = cast("FileStore", runner) if host else None  # SshRunner writes over SFTP
     prepared = _check_run_folder(rendered, runner, files, reuse, dry_run=False)
     result = submit_rendered(rendered, client=client, after=after or None, files=files, host=host)
+    note_submitted(files or LocalFiles(), prepared, result.job_ids)
     if as_json:
         data = {
             **result.to_dict(),
@@ -466,14 +469,29 @@ def _check_run_folder(
     from hpcjobs.runfolder import prepare_run_folder
     from hpcjobs.runner import LocalRunner
 
+    runner = runner or LocalRunner()
+
+    def queued(job_ids: list[str]) -> bool | None:
+        """Whether a job of the run that claimed the folder may still start (None: unknown)."""
+        from hpcjobs.slurm.backend import make_client
+        from hpcjobs.slurm.jobs import query_status
+        from hpcjobs.slurm.states import is_terminal
+
+        try:
+            report = query_status(make_client(runner), job_ids)
+        except HpcJobsError:
+            return None
+        return any(not is_terminal(job.state) for job in report.jobs)
+
     prepared = prepare_run_folder(
-        runner or LocalRunner(),
+        runner,
         files or LocalFiles(),
         str(rendered.spec.checkpoint_dir),
         rendered.identity,
         reuse=reuse,
         dry_run=dry_run,
         job_name=rendered.spec.name,
+        queued=queued,
     )
     note = prepared.note()
     if note:

@@ -262,6 +262,10 @@ def _pick_partition(site: SiteConfig, partition: str | None, gpu_type: str | Non
     return default if default in matching else matching[0]
 
 
+#: The slowest rate a plan is made for (1,000 FLOP/s): below it step times stop being numbers.
+MIN_TFLOPS = 1e-9
+
+
 def efficiency_from(
     *, mfu: float | None, achieved_tflops: float | None, peak_flops: float
 ) -> float:
@@ -273,9 +277,9 @@ def efficiency_from(
     if mfu is not None and achieved_tflops is not None:
         raise BadInputError("give --mfu or --achieved-tflops, not both")
     if achieved_tflops is not None:
-        if not math.isfinite(achieved_tflops) or achieved_tflops < 1e-3:
+        if not math.isfinite(achieved_tflops) or achieved_tflops < MIN_TFLOPS:
             raise BadInputError(
-                f"--achieved-tflops must be at least 0.001 (got {achieved_tflops:g})",
+                f"--achieved-tflops must be at least {MIN_TFLOPS:g} (got {achieved_tflops:g})",
                 hint="give the TFLOP/s one GPU achieves, for example --achieved-tflops 400",
             )
         value = achieved_tflops * 1e12 / peak_flops
@@ -286,7 +290,7 @@ def efficiency_from(
             )
         return value
     value = 0.4 if mfu is None else mfu
-    if not math.isfinite(value) or not 1e-6 <= value <= 1:
+    if not math.isfinite(value) or not 1e-15 <= value <= 1:
         raise BadInputError(f"--mfu must be in (0, 1] (got {value})", hint="for example --mfu 0.4")
     return value
 

@@ -22,11 +22,14 @@ HPCJOBS = str(Path(sys.executable).absolute().parent / "hpcjobs")
 
 
 def bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` in a login-like bash with the test's (scrubbed) environment."""
+    """Run ``script`` in a login-like bash with the test's (scrubbed) environment and a HOME
+    of its own (the default output dirs are under it)."""
+    home = cwd / "home"
+    home.mkdir(exist_ok=True)
     return subprocess.run(
         ["bash", "-c", script],
         cwd=cwd,
-        env=dict(os.environ),
+        env={**os.environ, "HOME": str(home)},
         capture_output=True,
         text=True,
         timeout=240,

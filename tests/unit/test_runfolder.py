@@ -361,3 +361,37 @@ def test_fresh_never_merges_into_a_folder_set_aside_in_the_same_second(tmp_path:
             now=when,
         )
     assert (folder / "step-000000001").is_dir()
+
+
+def test_a_claimed_folder_is_free_once_the_claiming_run_left_the_queue(tmp_path: Path) -> None:
+    from hpcjobs.runfolder import note_submitted
+
+    folder = tmp_path / "checkpoints"
+    first = _prepare(folder, "python", "train.py")
+    note_submitted(LocalFiles(), first, ["41"])
+    assert json.loads((folder / RUN_FILE).read_text())["job_ids"] == ["41"]
+    asked: list[list[str]] = []
+
+    def queued(ids: list[str]) -> bool:
+        asked.append(ids)
+        return still_queued
+
+    def again() -> str:
+        return prepare_run_folder(
+            LocalRunner(), LocalFiles(), str(folder), _identity("python", "hello.py"), queued=queued
+        ).action
+
+    still_queued = True
+    with pytest.raises(BadInputError, match="claimed by another run"):
+        again()
+    still_queued = False
+    assert again() == "new" and asked == [["41"], ["41"]]
+    assert json.loads((folder / RUN_FILE).read_text())["command"] == ["python", "hello.py"]
+
+
+def test_decide_takes_a_claimed_folder_only_when_its_run_is_gone() -> None:
+    state = _state(owner=THEIRS)
+    assert decide(state, MINE, None, owner_active=False).action == "new"
+    for unknown_or_active in (None, True):
+        with pytest.raises(BadInputError):
+            decide(state, MINE, None, owner_active=unknown_or_active)
