@@ -90,9 +90,16 @@ def shared_tmp(sandbox: object) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-#: Live tests that need torch. On trixie PyPI has only a multi-GB CUDA torch for Python 3.13,
-#: so the trixie venv has none: there they are deselected, loudly; bookworm still runs them.
-TORCH_TESTS = ("tests/live/test_torchrun.py", "test_ddp_preempted_once")
+#: Live tests that need torch (torchrun, or examples/ddp_train.py: the quick tour and the plan
+#: tests). On trixie PyPI has
+#: only a multi-GB CUDA torch for Python 3.13, so the trixie venv has none: there they are
+#: deselected, loudly; bookworm still runs them.
+TORCH_TESTS = (
+    "tests/live/test_torchrun.py",
+    "tests/live/test_plan_apply.py",
+    "test_ddp_preempted_once",
+    "test_quick_tour_runs_as_written",
+)
 NO_TORCH_RELEASES = ("trixie",)
 _DESELECTED: list[str] = []
 

@@ -231,9 +231,10 @@ class Sandbox:
             os.chmod(lay.spool / node, 0o755)
         if not lay.munge_key.exists():
             _write_private(lay.munge_key, secrets.token_bytes(1024))
-        _write_public(lay.slurm_conf, confgen.slurm_conf(settings, lay, _short_hostname()))
+        major = self.release.slurm_major if self.release else None
+        _write_public(lay.slurm_conf, confgen.slurm_conf(settings, lay, _short_hostname(), major))
         _write_public(lay.gres_conf, confgen.gres_conf(settings))
-        cgroup = confgen.cgroup_conf(self.release.slurm_major if self.release else None)
+        cgroup = confgen.cgroup_conf(major)
         if cgroup is None:
             with contextlib.suppress(FileNotFoundError):
                 lay.cgroup_conf.unlink()

@@ -1,8 +1,8 @@
 """The sandbox's Slurm configuration files, as pure functions of its settings and paths.
 
-The files work on Slurm 22.05 (Debian 12) and 24.11 (Debian 13): preemption sends the user's
-signal through ``SlurmctldParameters=preempt_send_user_signal``, which both accept. Only
-``cgroup.conf`` differs between them (see :func:`cgroup_conf`).
+The files work on Slurm 22.05 (Debian 12) and 24.11 (Debian 13). Two things differ between
+them: how preemption is told to send the user's signal (see :func:`preempt_signal_line`) and
+``cgroup.conf`` (see :func:`cgroup_conf`).
 """
 
 from __future__ import annotations
@@ -10,8 +10,26 @@ from __future__ import annotations
 from hpcjobs.sandbox.layout import CLUSTER_NAME, GPU_TYPE, Layout, Settings
 
 
-def slurm_conf(settings: Settings, layout: Layout, hostname: str) -> str:
-    """``slurm.conf`` for one controller and ``settings.nodes`` slurmd on this host."""
+def preempt_signal_line(slurm_major: tuple[int, int] | None) -> str:
+    """The line that makes preemption send the job's ``--signal`` at once.
+
+    22.05 knows only ``SlurmctldParameters=preempt_send_user_signal`` and rejects
+    ``PreemptParameters=send_user_signal``; 24.11 documents only the latter (it still accepts
+    the old spelling, but that is no longer in its ``slurm.conf(5)``). Unknown: the old one.
+    """
+    if slurm_major is not None and slurm_major > (22, 5):
+        return "PreemptParameters=send_user_signal"
+    return "SlurmctldParameters=preempt_send_user_signal"
+
+
+def slurm_conf(
+    settings: Settings,
+    layout: Layout,
+    hostname: str,
+    slurm_major: tuple[int, int] | None = None,
+) -> str:
+    """``slurm.conf`` for one controller and ``settings.nodes`` slurmd on this host, for the
+    Slurm release ``slurm_major`` (None: this machine's, assumed 22.05-compatible)."""
     sockets = 2
     cores = settings.cpus_per_node // sockets
     lines = [
@@ -42,7 +60,7 @@ def slurm_conf(settings: Settings, layout: Layout, hostname: str) -> str:
         "GresTypes=gpu",
         "PreemptType=preempt/partition_prio",
         "PreemptMode=REQUEUE",
-        "SlurmctldParameters=preempt_send_user_signal",
+        preempt_signal_line(slurm_major),
         "JobRequeue=1",
         "ReturnToService=2",
         f"SlurmdTimeout={settings.slurmd_timeout}",

@@ -118,6 +118,7 @@ hpcjobs_check_checkpoint_dir() {
         err=${err//[$'\t\n']/ }
         hpcjobs_event end fail "checkpoint folder unusable: $HPCJOBS_CHECKPOINT_DIR: $err"
         hpcjobs_log "cannot use the checkpoint folder $HPCJOBS_CHECKPOINT_DIR ($err); the command was not started"
+        hpcjobs_chain_ends
         exit 1
     fi
     [[ -n ${HPCJOBS_RUN_FINGERPRINT:-} && -n ${HPCJOBS_RUN_FILE:-} ]] || return 0
@@ -126,6 +127,7 @@ hpcjobs_check_checkpoint_dir() {
         if [[ $owner != "$HPCJOBS_RUN_FINGERPRINT" ]]; then
             hpcjobs_event end fail "checkpoint folder owned by another run: $HPCJOBS_RUN_FILE names run ${owner:-?}, this job is run $HPCJOBS_RUN_FINGERPRINT"
             hpcjobs_log "the checkpoint folder now belongs to another run ($HPCJOBS_RUN_FILE); the command was not started"
+            hpcjobs_chain_ends
             exit 1
         fi
         return 0
@@ -179,6 +181,7 @@ hpcjobs_begin() {
     if hpcjobs_is_done; then
         hpcjobs_event end finish "done marker present"
         hpcjobs_log "the job already finished (done marker present); nothing to do"
+        hpcjobs_chain_ends
         exit 0
     fi
     local step
@@ -226,6 +229,7 @@ hpcjobs_after_slurm_requeue() {
             # The previous run continued in another job, yet Slurm requeued this one too (the
             # Requeue=0 update failed or came too late). Never run the chain twice.
             hpcjobs_log "Slurm requeued this job, but the chain already continues as job $next; exiting"
+            hpcjobs_chain_ends
             exit 0
         fi
         event="" # the continuation's first run was lost before it began: record the requeue
@@ -246,11 +250,13 @@ hpcjobs_after_slurm_requeue() {
     if ((used > allowed)); then
         hpcjobs_event end fail "requeue budget for $cause exhausted: $((used - 1))/$allowed"
         hpcjobs_log "requeue budget for $cause exhausted ($((used - 1))/$allowed); giving up"
+        hpcjobs_chain_ends
         exit 1
     fi
     if [[ -n ${HPCJOBS_MAX_REQUEUES:-} ]] && ((total > HPCJOBS_MAX_REQUEUES)); then
         hpcjobs_event end fail "requeue budget exhausted: $((total - 1))/$HPCJOBS_MAX_REQUEUES requeues in total"
         hpcjobs_log "total requeue budget exhausted ($((total - 1))/$HPCJOBS_MAX_REQUEUES); giving up"
+        hpcjobs_chain_ends
         exit 1
     fi
 }
@@ -318,6 +324,18 @@ hpcjobs_no_slurm_requeue() {
     fi
 }
 
+# hpcjobs_chain_ends: the chain ends with this run (finished, failed, or it goes on elsewhere).
+# Slurm 24.11 requeues the run that follows its own requeue of a preempted job once more when
+# that run exits, whatever its exit code (accounting records it PREEMPTED): the job would come
+# back after Slurm's ~2 minute hold only to find the chain ended. Runs Slurm never requeued
+# (SLURM_RESTART_COUNT=0) are left alone: they need no extra call to the controller.
+hpcjobs_chain_ends() {
+    if ((${SLURM_RESTART_COUNT:-0} > 0)); then
+        hpcjobs_no_slurm_requeue
+    fi
+    return 0
+}
+
 # hpcjobs_continue CAUSE: submit the continuation job and stop Slurm requeueing this one.
 # The continuation gets this job's options (HPCJOBS_SBATCH_ARGS: the renderer has left out the
 # ones for the first submission only, hpcjobs.sbatchopts.FIRST_SUBMISSION_ONLY) except the array
@@ -367,6 +385,7 @@ hpcjobs_finish() {
     local rc=$1 signal=$2 cause used allowed total
     if hpcjobs_is_done; then
         hpcjobs_event end finish "done marker present"
+        hpcjobs_chain_ends
         echo 0
         return
     fi
@@ -383,6 +402,7 @@ hpcjobs_finish() {
         none)
             hpcjobs_mark_done
             hpcjobs_event end finish "completed"
+            hpcjobs_chain_ends
             echo 0
             return
             ;;
@@ -397,7 +417,7 @@ hpcjobs_finish() {
     total=$(hpcjobs_count requeue)
     if [[ -n ${HPCJOBS_MAX_REQUEUES:-} ]] && ((total >= HPCJOBS_MAX_REQUEUES)); then
         hpcjobs_event end fail "requeue budget exhausted: $total/$HPCJOBS_MAX_REQUEUES requeues in total"
-        [[ $cause == preemption ]] && hpcjobs_no_slurm_requeue
+        if [[ $cause == preemption ]]; then hpcjobs_no_slurm_requeue; else hpcjobs_chain_ends; fi
         hpcjobs_log "$cause, but the total requeue budget is exhausted ($total/$HPCJOBS_MAX_REQUEUES)"
         echo $((rc ? rc : 1))
         return
@@ -408,7 +428,7 @@ hpcjobs_finish() {
         else
             hpcjobs_event end fail "requeue budget for $cause exhausted: $used/$allowed"
         fi
-        [[ $cause == preemption ]] && hpcjobs_no_slurm_requeue
+        if [[ $cause == preemption ]]; then hpcjobs_no_slurm_requeue; else hpcjobs_chain_ends; fi
         hpcjobs_log "$cause (exit code $rc); not requeued ($used/$allowed requeues used)"
         echo $((rc ? rc : 1))
         return

@@ -1,4 +1,5 @@
-"""Fixtures for the live tests: a real OpenSSH server on loopback and an isolated client home.
+"""Fixtures for the live tests: the sandbox's Slurm version, a real OpenSSH server on loopback
+and an isolated client home.
 
 The SSH tests need root (they create the user ``hpcjobs-ssh-test`` and run sshd). Without
 root they skip, except when ``CI=true``: then they fail.
@@ -17,6 +18,18 @@ import pytest
 
 from tests.conftest import IN_CI, TEST_SANDBOX_DIR
 from tests.live.sshd import SshServer, ensure_openssh_server, start_sshd, unavailable_reason
+
+
+@pytest.fixture(scope="session")
+def slurm_version(sandbox: object) -> str:
+    """The version the sandbox's Slurm reports (``sinfo -V``), e.g. "22.05.8" or "24.11.5"."""
+    from hpcjobs.runner import LocalRunner
+    from hpcjobs.sandbox.cluster import Sandbox
+    from hpcjobs.slurm.parse import parse_version
+
+    assert isinstance(sandbox, Sandbox)
+    out = LocalRunner(env=sandbox.layout.client_env()).run(["sinfo", "-V"], timeout=30).stdout
+    return parse_version(out)  # Debian's build prints "slurm-wlm 24.11.5"
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,11 @@
 It runs Debian's ``/usr/sbin/sshd`` in the foreground with a generated config: its own host
 key, a high free port, key-only logins for one test user whose authorized keys live in the
 server's temp folder, and logs in a file the tests can read.
+
+It works with OpenSSH 9.2 (Debian 12) and 10.0 (Debian 13). Since 9.8 sshd penalises a source
+address whose connections fail authentication (``PerSourcePenalties``): after the tests' refused
+keys it answered 127.0.0.1 with "Not allowed at this time" instead of its banner. The option is
+turned off where sshd knows it (9.2 rejects it).
 """
 
 from __future__ import annotations
@@ -201,6 +206,9 @@ def start_sshd(root: Path, *, slurm_conf: Path) -> SshServer:
         )
     )
     subprocess.run([str(SSHD), "-t", "-f", str(config)], check=True, capture_output=True)
+    if _accepts(config, "PerSourcePenalties=no"):
+        with config.open("a") as handle:
+            handle.write("PerSourcePenalties no\n")
     process = subprocess.Popen(
         [str(SSHD), "-D", "-f", str(config), "-E", str(log_file)],
         stdin=subprocess.DEVNULL,
@@ -210,6 +218,12 @@ def start_sshd(root: Path, *, slurm_conf: Path) -> SshServer:
     server = SshServer(port, root, host_key, client_key, user.pw_name, log_file, process)
     _wait_for_banner(server)
     return server
+
+
+def _accepts(config: Path, option: str) -> bool:
+    """Whether this sshd accepts ``option`` on top of ``config``."""
+    argv = [str(SSHD), "-t", "-f", str(config), "-o", option]
+    return subprocess.run(argv, capture_output=True, check=False).returncode == 0
 
 
 def _wait_for_banner(server: SshServer, timeout: float = 20.0) -> None:

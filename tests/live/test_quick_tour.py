@@ -1,10 +1,14 @@
 """The README's quick tour, run line for line as a new user would, against the sandbox.
 
 The lines between ``<!-- quick-tour -->`` and ``<!-- /quick-tour -->`` run in one ``bash -e``
-from a fresh folder that holds the repository's ``.venv`` and ``examples`` (so the files the tour
-writes stay out of the work tree), with a fresh ``HOME`` and no ``SLURM_CONF``: what the README
+from a fresh folder that holds a ``.venv`` and the repository's ``examples`` (so the files the
+tour writes stay out of the work tree), with a fresh ``HOME`` and no ``SLURM_CONF``: what the README
 tells a newcomer is all the tour gets. ``hpcjobs sandbox up`` finds the test sandbox already
 running (``HPCJOBS_SANDBOX_DIR``) and leaves it as it is.
+
+The tour's ``.venv`` is the venv running the tests (``sys.prefix``): the checkout's ``.venv`` on
+this machine's release, ``/opt/hpcjobs-venv`` inside the other release's Debian root, where the
+checkout has no ``.venv`` of its own (scripts/test-other-release.sh).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,7 +47,9 @@ def test_quick_tour_runs_as_written(sandbox: Sandbox, shared_tmp: Path) -> None:
     home = shared_tmp / "tour-home"
     work.mkdir()
     home.mkdir()
-    (work / ".venv").symlink_to(ROOT / ".venv")
+    venv = Path(sys.prefix)
+    assert (venv / "bin" / "activate").is_file(), f"the tests do not run in a venv ({venv})"
+    (work / ".venv").symlink_to(venv)
     (work / "examples").symlink_to(ROOT / "examples")
     env = {
         key: value

@@ -277,6 +277,36 @@ def test_bash_cancelled_job_is_not_marked_done(tmp_path: Path) -> None:
     assert "end\tfail\tcancelled" in (run_dir / "chain-100.tsv").read_text()
 
 
+@pytest.mark.parametrize(("restart", "marked"), [("0", False), ("1", True)])
+def test_bash_chain_end_after_a_slurm_requeue_is_not_requeued_again(
+    tmp_path: Path, restart: str, marked: bool
+) -> None:
+    """Slurm 24.11 requeues the run after its own requeue of a preempted job once more when it
+    exits: a chain that ends in such a run marks it Requeue=0. First runs make no extra call."""
+    bindir = _stub_bin(tmp_path)
+    run_dir = tmp_path / "run"
+    (run_dir / "ckpt").mkdir(parents=True)
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "STUB_LOG": str(tmp_path / "calls.log"),
+        "SLURM_JOB_ID": "100",
+        "SLURM_RESTART_COUNT": restart,
+        "HPCJOBS_CHAIN_ROOT": "100",
+        "HPCJOBS_RUN_DIR": str(run_dir),
+        "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
+    }
+    for code, end in (("0", "end\tfinish\tcompleted"), ("3", "end\tfail\tapplication")):
+        (tmp_path / "calls.log").write_text("")
+        script = f'source {LIBRARY}\nhpcjobs_finish {code} ""\n'
+        subprocess.run(
+            ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30, check=True
+        )
+        assert end in (run_dir / "chain-100.tsv").read_text()
+        calls = (tmp_path / "calls.log").read_text()
+        assert ("scontrol update jobid=100 Requeue=0" in calls) is marked, calls
+        (run_dir / "DONE-100").unlink(missing_ok=True)
+
+
 def test_bash_begin_exits_when_done(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     (run_dir / "ckpt").mkdir(parents=True)

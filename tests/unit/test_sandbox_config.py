@@ -33,6 +33,22 @@ def test_slurm_conf_has_preemption_and_gpus(tmp_path: Path) -> None:
     assert "6817" not in text
 
 
+@pytest.mark.parametrize(
+    ("major", "line", "absent"),
+    [
+        (None, "SlurmctldParameters=preempt_send_user_signal", "PreemptParameters"),
+        ((22, 5), "SlurmctldParameters=preempt_send_user_signal", "PreemptParameters"),
+        ((24, 11), "PreemptParameters=send_user_signal", "SlurmctldParameters"),
+    ],
+)
+def test_preemption_signal_per_release(
+    tmp_path: Path, major: tuple[int, int] | None, line: str, absent: str
+) -> None:
+    text = confgen.slurm_conf(Settings(), Layout(tmp_path), "myhost", major)
+    assert f"\n{line}\n" in text
+    assert absent not in text
+
+
 def test_gres_conf_fake_gpus() -> None:
     assert "File=/dev/tty[0-3]" in confgen.gres_conf(Settings())
     assert "File=/dev/tty0\n" in confgen.gres_conf(Settings(gpus_per_node=1, cpus_per_node=2))

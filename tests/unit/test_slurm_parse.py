@@ -1,4 +1,4 @@
-"""Parsers on output recorded from Slurm 22.05 and written from the 24.11 sources."""
+"""Parsers on output recorded from Slurm 22.05 and 24.11, and written from the 24.11 sources."""
 
 from __future__ import annotations
 
@@ -174,3 +174,55 @@ def test_small_helpers() -> None:
     assert parse.format_duration(90061) == "1-01:01:01"
     assert parse.format_duration(None) == "-"
     assert parse.squeue_format(("JobID", "Name")) == "JobID:|,Name:|"
+
+
+# ---- recorded from the real Slurm 24.11.5 (the trixie sandbox, tests/data/slurm/record.sh) ----
+
+V24_RECORDED = V24 / "recorded"
+
+
+def _recorded_jobs(folder: Path) -> dict[str, str]:
+    pairs = (line.split("=") for line in _read(folder / "jobs.txt").split())
+    return {key: value for key, value in pairs}
+
+
+@pytest.mark.parametrize("folder", [V22, V24_RECORDED], ids=["22.05", "24.11"])
+def test_recorded_outputs_parse_alike(folder: Path) -> None:
+    """The same record.sh scenario, recorded on both releases, reads the same way."""
+    ids = _recorded_jobs(folder)
+    version = parse.parse_version(_read(folder / "sbatch-version.txt"))
+    config = parse.parse_config(_read(folder / "scontrol-show-config.txt"))
+    assert config["SLURM_VERSION"] == version
+    assert parse.parse_sbatch_parsable(_read(folder / "sbatch-parsable.txt")) == ids["ok"]
+    rows = {r.job_id: r for r in parse.parse_squeue(_read(folder / "squeue-requeued.txt"))}
+    requeued = rows[ids["selfrequeue"]]
+    assert (requeued.state, requeued.reason, requeued.restarts) == ("PENDING", "BeginTime", 1)
+    assert rows[ids["preempted"]].state == "RUNNING" and rows[ids["preempted"]].nodelist == "n1"
+    held = rows[f"{ids['held']}_[0-9%2]"]
+    assert held.array_tasks == "0-9%2" and held.reason == "JobHeldUser"
+    assert held.name == "rec held|odd name"
+    everything = parse.parse_squeue(_read(folder / "squeue-all.txt"))
+    assert {r.state for r in everything} >= {"PENDING", "RUNNING", "COMPLETED", "FAILED"}
+    assert parse.parse_token_rows(_read(folder / "squeue-token.txt"))
+    by_job: dict[str, list[parse.AcctRow]] = {}
+    for row in parse.parse_sacct(_read(folder / "sacct-duplicates.txt")):
+        by_job.setdefault(row.job_id, []).append(row)
+    assert [r.state for r in by_job[ids["nodefail"]]] == ["NODE_FAIL", "COMPLETED"]
+    assert [r.state for r in by_job[ids["selfrequeue"]]] == ["REQUEUED", "COMPLETED"]
+    # 24.11 requeues the run after its own requeue of a preempted job once more: three runs.
+    preempted = ["PREEMPTED", "COMPLETED"]
+    if parse.version_tuple(version) >= (24, 5):
+        preempted = ["PREEMPTED", "PREEMPTED", "COMPLETED"]
+    assert [r.state for r in by_job[ids["preempted"]]] == preempted
+    cancelled = by_job[ids["cancel"]][0]
+    assert (cancelled.state, cancelled.cancelled_by) == ("CANCELLED", "0")
+    failed = by_job[ids["fail"]][0]
+    assert (failed.exit_code, failed.exit_signal) == (3, 0)
+    assert by_job[ids["timeout"]][0].state == "TIMEOUT"
+    held_acct = by_job[f"{ids['held']}_[0-9%2]"][0]
+    assert held_acct.start is None and held_acct.nodelist == ""
+    record = parse.parse_job_record(_read(folder / "scontrol-show-job-requeued.txt"))
+    assert record["JobId"] == ids["preempted"] and record["Restarts"] == "0"
+    assert record["StdOut"].endswith(f"/rec-preempted-{ids['preempted']}.out")
+    array = parse.parse_job_record(_read(folder / "scontrol-show-job-array.txt"))
+    assert array["ArrayJobId"] == ids["array"] and array["ArrayTaskId"] == "2"
