@@ -216,7 +216,8 @@ def test_status_logs_cancel_and_history_of_a_pending_continuation(login: Login) 
     finally:
         follower.terminate()
         follower.wait(timeout=30)
-    assert first.startswith(f"==> job {new} is pending ("), first
+    # With or without a reason, depending on whether the scheduler has looked at it yet.
+    assert first.startswith(f"==> job {new} is pending"), first
     assert "waiting" in first and "None" not in first, first
     # cancel: the held continuation never runs its script; cancel logs the chain's end.
     cancelled = login.hpcjobs("cancel", root)
