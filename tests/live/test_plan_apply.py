@@ -18,9 +18,12 @@ VENV_BIN = Path(sys.executable).absolute().parent
 PYTHON = str(VENV_BIN / "python")
 TORCHRUN = str(VENV_BIN / "torchrun")
 
+# One write(2) per rank: four workers share the job's stdout, and an unbuffered print()
+# writes each of its pieces separately, so lines from different ranks would interleave.
 PRINT_PLAN = (
-    "import os; print('PLAN', os.environ['RANK'], ' '.join(k + '=' + os.environ[k] "
-    "for k in sorted(os.environ) if k.startswith('HPCJOBS_PLAN_')), flush=True)"
+    "import os; os.write(1, ('PLAN ' + os.environ['RANK'] + ' ' + ' '.join(k + '=' + "
+    "os.environ[k] for k in sorted(os.environ) if k.startswith('HPCJOBS_PLAN_')) + "
+    "'\\n').encode())"
 )
 
 pytestmark = pytest.mark.slurm
