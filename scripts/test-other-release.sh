@@ -4,8 +4,8 @@
 # A Slurm 22.05 client cannot talk to a 24.11 controller (nor the reverse), so the sandbox of
 # the other release runs in a Debian root (`hpcjobs sandbox up --release OTHER`), and pytest
 # runs inside that root too: with the root's own Python in a venv built there once
-# (/opt/hpcjobs-venv, rebuilt when pyproject.toml changes), and this checkout bind-mounted at
-# its own path and installed editable. Extra arguments go to pytest.
+# (/opt/hpcjobs-venv, rebuilt when pyproject.toml or the checkout's path changes), and this
+# checkout bind-mounted at its own path and installed editable. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${HPCJOBS_VENV:-.venv}
@@ -38,7 +38,9 @@ clean=(/usr/bin/env -i "PATH=$path" HOME=/root LANG=C.UTF-8 "TERM=${TERM:-dumb}"
 for var in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
     [[ -n ${!var:-} ]] && clean+=("$var=${!var}")
 done
-stamp=$(sha256sum pyproject.toml | cut -c1-16)
+# The editable install points at this checkout's path: a venv built for another checkout
+# (a second clone, a worktree) would import hpcjobs from there, or find nothing.
+stamp=$({ cat pyproject.toml; echo "$repo"; } | sha256sum | cut -c1-16)
 if [[ $(cat "$root$rvenv/.hpcjobs-stamp" 2>/dev/null || true) != "$stamp" ]]; then
     echo "test: installing hpcjobs and its dev tools into $rvenv in the $other root" >&2
     chroot "$root" "${clean[@]}" python3 -m venv "$rvenv"
