@@ -13,6 +13,8 @@ echo "== ruff" >&2
 .venv/bin/ruff format --check .
 echo "== mypy" >&2
 .venv/bin/mypy
+echo "== import layers" >&2
+.venv/bin/lint-imports --no-cache
 echo "== pytest (this machine's release)" >&2
 .venv/bin/python -m pytest "$@"
 if [[ ${HPCJOBS_TEST_BOTH_RELEASES:-1} == 0 ]]; then

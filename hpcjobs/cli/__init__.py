@@ -9,13 +9,16 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from hpcjobs import __version__
 from hpcjobs.config.locate import SITE_ENV
 from hpcjobs.errors import EXIT_BAD_INPUT, HpcJobsError
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 #: name -> (module:attribute, one-line help). The help is here so listing costs no import.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -98,6 +101,7 @@ def _configure_logging(verbose: int, quiet: int) -> None:
     "--site",
     envvar=SITE_ENV,
     metavar="NAME|PATH",
+    shell_complete=lambda ctx, param, incomplete: _complete_site(incomplete),
     help="Site config to use: a name (see 'hpcjobs site list') or a YAML file. "
     f"Default: chosen by hostname.  [env: {SITE_ENV}]",
 )
@@ -130,6 +134,18 @@ def cli(ctx: click.Context, site: str | None, debug: bool, verbose: int, quiet: 
                 raise
             report_error(exc)
             ctx.exit(exc.exit_code)
+
+
+def _complete_site(incomplete: str) -> list[CompletionItem]:
+    """Shell completion for ``--site``: the names of the site configs found, else file paths."""
+    from click.shell_completion import CompletionItem
+
+    from hpcjobs.config.locate import list_sites, looks_like_path
+
+    if looks_like_path(incomplete):
+        return [CompletionItem(incomplete, type="file")]
+    names = sorted({entry.name for entry in list_sites() if entry.active})
+    return [CompletionItem(name) for name in names if name.startswith(incomplete)]
 
 
 def _blame_site_env(exc: HpcJobsError, value: str) -> None:
