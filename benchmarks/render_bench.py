@@ -37,8 +37,8 @@ def whole_process(runs: int) -> list[float]:
 def in_process(runs: int) -> list[float]:
     """Time of one ``render_job`` call in a process that already loaded the site."""
     from hpcjobs.config.loader import load_site
-    from hpcjobs.jobspec import JobSpec
-    from hpcjobs.render import render_job
+    from hpcjobs.script.jobspec import JobSpec
+    from hpcjobs.script.render import render_job
 
     site = load_site(SITE)
     spec = JobSpec(nodes=16, command=["python", "train.py", "--config", "c.yaml"])

@@ -32,8 +32,8 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
-from hpcjobs.chain import Chain, read_chain
-from hpcjobs.checkpoint import CheckpointDir
+from hpcjobs.jobs.chain import Chain, read_chain
+from hpcjobs.runtime.checkpoint import CheckpointDir
 
 BIN = Path(sys.executable).absolute().parent
 PYTHON = str(BIN / "python")

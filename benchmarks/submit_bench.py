@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcjobs.errors import SlurmError
+from hpcjobs.jobs.submission import submit_rendered
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.slurm.jobs import query_status
-from hpcjobs.submission import submit_rendered
 
 
 @dataclass(frozen=True)

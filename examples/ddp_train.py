@@ -1,10 +1,10 @@
 """A small, deterministic DDP training run that survives preemption.
 
 It trains an MLP on synthetic data with torch.distributed (gloo on CPU, nccl on GPUs),
-checkpoints atomically with hpcjobs.checkpoint, stops cleanly on Slurm's warning signal with
-hpcjobs.stopflag (every rank agrees), and resumes from the newest complete checkpoint. The final
-weights do not depend on how often the run was interrupted, so the printed digest of an
-interrupted run equals that of an uninterrupted one.
+checkpoints atomically with hpcjobs.runtime.checkpoint, stops cleanly on Slurm's warning
+signal with hpcjobs.runtime.stopflag (every rank agrees), and resumes from the newest complete
+checkpoint. The final weights do not depend on how often the run was interrupted, so the
+printed digest of an interrupted run equals that of an uninterrupted one.
 
 Run it through hpcjobs, for example::
 
@@ -28,9 +28,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from hpcjobs.checkpoint import CheckpointDir
-from hpcjobs.distributed import init_process_group
-from hpcjobs.stopflag import StopFlag
+from hpcjobs.runtime.checkpoint import CheckpointDir
+from hpcjobs.runtime.distributed import init_process_group
+from hpcjobs.runtime.stopflag import StopFlag
 
 IN, HIDDEN, OUT, BATCH = 32, 64, 4, 16
 

@@ -40,7 +40,7 @@ if str(EXAMPLES) not in sys.path:
 from ddp_train import batch, digest, make_model, warm_up  # noqa: E402  (lives next to this file)
 
 import hpcjobs  # noqa: E402
-from hpcjobs.distributed import init_process_group  # noqa: E402
+from hpcjobs.runtime.distributed import init_process_group  # noqa: E402
 
 
 class Train(hpcjobs.Resumable):

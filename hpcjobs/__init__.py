@@ -10,9 +10,9 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from hpcjobs.config.models import SiteConfig
-    from hpcjobs.resumable import Interrupted, Resumable
+    from hpcjobs.runtime.resumable import Interrupted, Resumable
     from hpcjobs.slurm.client import SlurmClient
-    from hpcjobs.submitit_ext import HpcExecutor
+    from hpcjobs.submitit.executor import HpcExecutor
 
 
 def executor(
@@ -42,14 +42,14 @@ def executor(
             ``update_parameters`` takes the same names later.
 
     Returns:
-        An :class:`hpcjobs.submitit_ext.HpcExecutor` (a ``submitit.SlurmExecutor``).
+        An :class:`hpcjobs.submitit.executor.HpcExecutor` (a ``submitit.SlurmExecutor``).
 
     Raises:
         BadInputError: An unknown parameter (its message lists the valid ones), or a request
             the site cannot run (exit 2).
         ConfigError: The site cannot be found or is invalid.
     """
-    from hpcjobs.submitit_ext import make_executor
+    from hpcjobs.submitit.executor import make_executor
 
     given = {"partition": partition, "nodes": nodes, "gpus_per_node": gpus_per_node}
     parameters = {k: v for k, v in given.items() if v is not None}
@@ -59,7 +59,7 @@ def executor(
 def __getattr__(name: str) -> Any:
     """``hpcjobs.Resumable`` and ``hpcjobs.Interrupted``, imported on first use."""
     if name in ("Resumable", "Interrupted"):
-        from hpcjobs import resumable
+        from hpcjobs.runtime import resumable
 
         return getattr(resumable, name)
     raise AttributeError(f"module 'hpcjobs' has no attribute {name!r}")

@@ -12,7 +12,7 @@ from hpcjobs.cli.common import chains_for, slurm_access
 from hpcjobs.cli.options import host_option
 
 if TYPE_CHECKING:
-    from hpcjobs.chain import ChainRef
+    from hpcjobs.jobs.chain import ChainRef
     from hpcjobs.runner import Runner
     from hpcjobs.slurm.client import SlurmClient
 
@@ -100,8 +100,8 @@ def _pending(client: SlurmClient, job_ids: list[str]) -> dict[str, int]:
 
 def _log_cancelled(runner: Runner, ref: ChainRef, restarts: int) -> None:
     """Log the end of a chain whose newest job was cancelled while pending; warn on failure."""
-    from hpcjobs.chain import CANCELLED_PENDING, Event, append_event
     from hpcjobs.errors import HpcJobsError
+    from hpcjobs.jobs.chain import CANCELLED_PENDING, Event, append_event
 
     detail = CANCELLED_PENDING.format(job_id=ref.current)
     event = Event(time.time(), ref.current, restarts, "end", "fail", detail)

@@ -10,7 +10,7 @@ import click
 from hpcjobs.cli.options import make_runner
 
 if TYPE_CHECKING:
-    from hpcjobs.chain import ChainRef
+    from hpcjobs.jobs.chain import ChainRef
     from hpcjobs.runner import Runner
     from hpcjobs.slurm.client import SlurmClient
 
@@ -33,7 +33,7 @@ def chains_for(
     runner: Runner, job_ids: Sequence[str], host: str | None = None
 ) -> dict[str, ChainRef]:
     """The chains of the given ids that hpcjobs submitted from here (root id -> chain)."""
-    from hpcjobs.chain import load_chain
+    from hpcjobs.jobs.chain import load_chain
 
     found = {}
     for job_id in job_ids:

@@ -13,7 +13,7 @@ from hpcjobs.cli.options import host_option
 from hpcjobs.errors import SlurmError
 
 if TYPE_CHECKING:
-    from hpcjobs.chain import ChainRef, Event
+    from hpcjobs.jobs.chain import ChainRef, Event
     from hpcjobs.slurm.history import JobHistory, Run
 
 
@@ -134,7 +134,7 @@ def _final(ref: ChainRef | None, histories: list[JobHistory]) -> tuple[Event | N
     A job cancelled while pending never runs its script, so its chain's log may have no ``end``
     (a plain ``scancel`` of a pending continuation): then a CANCELLED newest job ends it.
     """
-    from hpcjobs.chain import ended_by_accounting
+    from hpcjobs.jobs.chain import ended_by_accounting
 
     if ref is None:
         return None, ""

@@ -51,7 +51,7 @@ def logs(
     and -f keeps following until the whole chain has ended. With --host the log is read on
     the login node.
     """
-    from hpcjobs.follow import read_run, tail_file
+    from hpcjobs.jobs.follow import read_run, tail_file
     from hpcjobs.slurm.client import check_job_ids
 
     (wanted,) = check_job_ids([job_id if task is None else f"{job_id.split('_')[0]}_{task}"])
@@ -107,7 +107,7 @@ def log_path(client: SlurmClient, job_id: str, *, stderr: bool = False) -> Path:
         BadInputError: an array id without a task.
     """
     from hpcjobs.errors import BadInputError
-    from hpcjobs.records import find_record
+    from hpcjobs.jobs.records import find_record
 
     info = client.show_job(job_id)
     if info is not None:
@@ -127,8 +127,8 @@ def log_path(client: SlurmClient, job_id: str, *, stderr: bool = False) -> Path:
 
 
 def _path_from_record(record_path: Path, job_id: str, *, stderr: bool) -> Path:
-    from hpcjobs.records import expand_output_pattern, read_record
-    from hpcjobs.submission import take_option
+    from hpcjobs.jobs.records import expand_output_pattern, read_record
+    from hpcjobs.jobs.submission import take_option
 
     record = read_record(record_path)
     args = [str(a) for a in record.get("sbatch_args", [])]
@@ -169,7 +169,7 @@ def _raise_not_found(client: SlurmClient, job_id: str) -> None:
 
 def _wait_until_started(client: SlurmClient, job_id: str) -> None:
     """Wait while the job is pending: Slurm names its log (``%a``, node) only once it runs."""
-    from hpcjobs.follow import PollSchedule
+    from hpcjobs.jobs.follow import PollSchedule
 
     delays = PollSchedule().delays()
     info = client.show_job(job_id)
@@ -188,8 +188,8 @@ def _alive_check(
     client: SlurmClient, job_id: str, runner: Runner | None = None, host: str | None = None
 ) -> Any:
     """A function telling whether to keep following: the job, or a continuation of it, runs."""
-    from hpcjobs.chain import load_chain
-    from hpcjobs.follow import Follower
+    from hpcjobs.jobs.chain import load_chain
+    from hpcjobs.jobs.follow import Follower
     from hpcjobs.slurm.jobs import query_status
 
     followed = {"job": job_id, "follower": Follower()}

@@ -15,7 +15,7 @@ from hpcjobs.cli.options import host_option
 from hpcjobs.errors import EXIT_SLURM
 
 if TYPE_CHECKING:
-    from hpcjobs.chain import ChainRef
+    from hpcjobs.jobs.chain import ChainRef
     from hpcjobs.slurm.jobs import JobStatus
 
 
@@ -61,7 +61,7 @@ def status(
     with CHAIN (the first id) and RUNS (runs of the whole chain); --json adds chain_root,
     chain_jobs and runs to each job (null for a job that is not part of such a chain).
     """
-    from hpcjobs.follow import Follower, PollSchedule
+    from hpcjobs.jobs.follow import Follower, PollSchedule
     from hpcjobs.slurm.client import check_job_ids
     from hpcjobs.slurm.jobs import query_status
 

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 
 from hpcjobs.cli.options import Count, host_option, make_runner
+from hpcjobs.config.launchers import LAUNCHERS, launcher_help
 from hpcjobs.errors import BadInputError, HpcJobsError
 
 if TYPE_CHECKING:
-    from hpcjobs.records import FileStore
-    from hpcjobs.runfolder import Prepared
+    from hpcjobs.jobs.records import FileStore
+    from hpcjobs.jobs.runfolder import Prepared
     from hpcjobs.runner import Runner
 
-_LAUNCHERS = ("srun", "torchrun", "none")
 _SETTINGS: dict[str, Any] = {"allow_interspersed_args": False}
 
 
@@ -52,8 +52,8 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--cpus-per-task", type=Count(1), help="CPUs per rank."),
         click.option(
             "--launcher",
-            type=click.Choice(_LAUNCHERS),
-            help="srun (a task per rank), torchrun (one per node) or none (run once).",
+            type=click.Choice(tuple(LAUNCHERS)),
+            help=launcher_help(),
         ),
         click.option("--array", help="Job array indices, e.g. 0-15 or 0-99%10."),
         click.option("--dependency", help="Slurm dependency, e.g. afterok:1234."),
@@ -221,8 +221,8 @@ def _render(
     where: Any = None,
 ) -> Any:
     from hpcjobs.config.loader import load_site
-    from hpcjobs.jobspec import load_job_file, merge_job_data, parse_spec
-    from hpcjobs.render import render_job
+    from hpcjobs.script.jobspec import load_job_file, merge_job_data, parse_spec
+    from hpcjobs.script.render import render_job
 
     job_file: Path | None = fields.pop("job_file")
     template_dirs: tuple[Path, ...] = fields.pop("template_dir")
@@ -263,7 +263,7 @@ def parse_max_requeues(item: str, current: dict[str, Any]) -> dict[str, Any]:
 
 def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
     """Map CLI flag values to job spec fields; flags that were not given map to None."""
-    from hpcjobs.jobspec import parse_env_options, parse_signal_option
+    from hpcjobs.script.jobspec import parse_env_options, parse_signal_option
 
     requeue: dict[str, Any] = {}
     if flags.get("signal") is not None:
@@ -341,9 +341,9 @@ def dry_run_text(rendered: Any, plan: Any) -> str:
 def _dry_run_plan(rendered: Any, after: list[str]) -> Any:
     """The submission plan, with every check ``submit`` makes; Slurm is asked only for
     ``MaxArraySize`` when an array needs it (Slurm's default when it cannot be reached)."""
+    from hpcjobs.jobs.submission import plan_submission
     from hpcjobs.runner import LocalRunner
     from hpcjobs.slurm.client import SlurmClient
-    from hpcjobs.submission import plan_submission
 
     try:
         return plan_submission(rendered, client=SlurmClient(LocalRunner()), after=after)
@@ -389,7 +389,7 @@ def _load_site(ctx: click.Context, host: str | None) -> Any:
 
 def _remote_where(runner: Runner) -> Any:
     """Home folder and user on the login node, so '~' and relative paths resolve there."""
-    from hpcjobs.jobspec import Where
+    from hpcjobs.script.jobspec import Where
 
     home = runner.run(["printenv", "HOME"], timeout=60).stdout.strip()
     user = runner.run(["id", "-un"], timeout=60).stdout.strip()
@@ -409,11 +409,11 @@ def _submit(
 ) -> None:
     import json
 
-    from hpcjobs.records import LocalFiles
-    from hpcjobs.runfolder import note_submitted
+    from hpcjobs.jobs.records import LocalFiles
+    from hpcjobs.jobs.runfolder import note_submitted
+    from hpcjobs.jobs.submission import submit_rendered
     from hpcjobs.runner import LocalRunner
     from hpcjobs.slurm.backend import make_client
-    from hpcjobs.submission import submit_rendered
 
     runner = runner or LocalRunner()
     client = make_client(runner)
@@ -435,7 +435,7 @@ def _submit(
             click.echo(job_id)
     if not wait:
         return
-    from hpcjobs.follow import follow_chain, follow_jobs
+    from hpcjobs.jobs.follow import follow_chain, follow_jobs
 
     def event(ev: Any) -> None:
         click.echo(f"{_now()} {ev.describe()}", err=True)
@@ -465,8 +465,8 @@ def _check_run_folder(
     rendered: Any, runner: Runner | None, files: FileStore | None, reuse: Any, *, dry_run: bool
 ) -> Prepared:
     """Claim the checkpoint folder for this run, or stop if it belongs to another one."""
-    from hpcjobs.records import LocalFiles
-    from hpcjobs.runfolder import prepare_run_folder
+    from hpcjobs.jobs.records import LocalFiles
+    from hpcjobs.jobs.runfolder import prepare_run_folder
     from hpcjobs.runner import LocalRunner
 
     runner = runner or LocalRunner()

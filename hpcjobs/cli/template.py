@@ -38,7 +38,7 @@ def _site_name(ctx: click.Context) -> str | None:
 @click.pass_context
 def list_templates(ctx: click.Context, template_dir: tuple[Path, ...]) -> None:
     """List main templates and blocks with the file that serves each one."""
-    from hpcjobs.templating import (
+    from hpcjobs.script.templating import (
         BLOCKS,
         block_file,
         find_template,
@@ -68,7 +68,7 @@ def list_templates(ctx: click.Context, template_dir: tuple[Path, ...]) -> None:
 def show_template(ctx: click.Context, name: str, template_dir: tuple[Path, ...]) -> None:
     """Print the file that serves NAME (a block such as 'launch', or a main template)."""
     from hpcjobs.errors import TemplateError
-    from hpcjobs.templating import BLOCKS, block_file, find_template, search_path
+    from hpcjobs.script.templating import BLOCKS, block_file, find_template, search_path
 
     dirs = search_path(_site_name(ctx), list(template_dir))
     wanted = block_file(name) if name in BLOCKS else f"{name.removesuffix('.sh.j2')}.sh.j2"

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpcjobs.config.models import Requeue
 from hpcjobs.config.nodeprobe import PROBE_SCRIPT, ProbedNode, numa_cpulists, parse_probe_output
 from hpcjobs.config.slurminfo import (
     ClusterFacts,
@@ -209,10 +210,12 @@ def build_draft(snapshot: ClusterSnapshot, *, name: str | None = None, now: str 
     w("  container:")
     w("    runtime: none")
     w("")
+    requeue = Requeue()
+    budgets = ", ".join(f"{k}: {v}" for k, v in requeue.max_requeues.model_dump().items())
     w("requeue:")
-    w("  signal: USR2")
-    w("  lead_time: 300")
-    w("  max_requeues: {preemption: 20, timeout: 10, node_failure: 5, application: 0}")
+    w(f"  signal: {requeue.signal}")
+    w(f"  lead_time: {requeue.lead_time}")
+    w(f"  max_requeues: {{{budgets}}}")
     return Draft("\n".join(out) + "\n", notes)
 
 

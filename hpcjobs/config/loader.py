@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcjobs.config.locate import locate_site, select_site_for_host, user_config_file
-from hpcjobs.config.models import SiteConfig
+from hpcjobs.config.models import Requeue, SiteConfig
 from hpcjobs.config.problems import InvalidConfigError, KeyPath, Problem, dotted, suggest
 from hpcjobs.config.validate import to_problems, validate_data
 from hpcjobs.config.yamlfile import YamlDoc, read_yaml_file
@@ -35,11 +35,8 @@ _INDEX = re.compile(r"[0-9]{1,9}")
 BUILTIN_DEFAULTS: dict[str, Any] = {
     "slurm": {"time": "01:00:00", "output_dir": "~/hpcjobs/runs/{job_name}"},
     "setup": {"modules": [], "lines": [], "container": {"runtime": "none"}},
-    "requeue": {
-        "signal": "USR2",
-        "lead_time": 300,
-        "max_requeues": {"preemption": 20, "timeout": 10, "node_failure": 5, "application": 0},
-    },
+    # The defaults of the model itself (config/models.py), so that they are written once.
+    "requeue": Requeue().model_dump(),
 }
 
 #: Environment variables layered over the user file: name -> (key path, value type).

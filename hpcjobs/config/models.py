@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from hpcjobs.config.cpulist import parse_cpulist
+from hpcjobs.config.launchers import Launcher
 from hpcjobs.config.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError
 from hpcjobs.safetext import (
@@ -185,7 +186,7 @@ class Partition(_Model):
     qos: SafeStr | None = None
     priority_tier: NonNegativeInt | None = None
     preemptible: bool = False
-    launcher: Literal["srun", "torchrun", "none"] = "srun"
+    launcher: Launcher = "srun"
     topology: Name | None = None
     nccl_profile: Name | None = None
     env: EnvMap = Field(default_factory=dict)

@@ -26,7 +26,7 @@ from hpcjobs.plan.model import RECOMPUTES, ModelSpec, Recompute
 
 _HINT = (
     "--from-run needs a run submitted from here with a checkpoint folder in which the "
-    "training loop saved at least two checkpoints (hpcjobs.checkpoint), or called "
+    "training loop saved at least two checkpoints (hpcjobs.runtime.checkpoint), or called "
     "note_progress(step) every step; give --mfu or --achieved-tflops instead"
 )
 
@@ -53,7 +53,7 @@ def measure_run(job_id: str, *, index_dir: Path | None = None) -> MeasuredRun:
     Raises:
         BadInputError: The job is unknown here, or left nothing to time its steps by.
     """
-    from hpcjobs.records import find_record, read_record
+    from hpcjobs.jobs.records import find_record, read_record
 
     path = find_record(job_id, index_dir=index_dir)
     if path is None:
@@ -116,7 +116,7 @@ def _from_checkpoints(root: Path, job_id: str) -> tuple[float, int, str] | None:
 def _from_progress(
     root: Path, job_id: str, record: dict[str, Any]
 ) -> tuple[float, int, str] | None:
-    from hpcjobs.chain import read_chain
+    from hpcjobs.jobs.chain import read_chain
 
     progress = root / "PROGRESS"
     try:

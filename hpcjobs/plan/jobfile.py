@@ -1,6 +1,6 @@
 """A job file for a planned layout, ready for ``hpcjobs submit -f``.
 
-The file is the job-file format of :mod:`hpcjobs.jobspec` (docs/templates.md): nodes, GPUs
+The file is the job-file format of :mod:`hpcjobs.script.jobspec` (docs/templates.md): nodes, GPUs
 per node, the torchrun launcher, and the layout in ``HPCJOBS_PLAN_*`` variables, for the
 training script to turn into Megatron-LM (``--tensor-model-parallel-size "$HPCJOBS_PLAN_TP"``),
 DeepSpeed (``"zero_optimization": {"stage": ...}``) or FSDP arguments.
@@ -53,7 +53,7 @@ def job_data(
         BadInputError: The layout's GPUs do not fill whole nodes, or the fields do not make a
             valid job spec.
     """
-    from hpcjobs.jobspec import parse_spec
+    from hpcjobs.script.jobspec import parse_spec
 
     if layout.gpus % gpus_per_node and layout.gpus > gpus_per_node:
         raise BadInputError(

@@ -3,7 +3,7 @@
 Slurm refuses array indices at or above the cluster's ``MaxArraySize``. A larger sweep is
 split into chunks, one array job per chunk. Each chunk is rebased to start at index 0 and
 carries an offset: the global task number is ``SLURM_ARRAY_TASK_ID + HPCJOBS_ARRAY_OFFSET``
-(see :mod:`hpcjobs.submission`). A ``%N`` throttle is shared out between the chunks so that
+(see :mod:`hpcjobs.jobs.submission`). A ``%N`` throttle is shared out between the chunks so that
 no more than N tasks run at once overall.
 """
 

@@ -5,9 +5,9 @@ number of steps, so a run that was interrupted and resumed any number of times e
 same result as an uninterrupted one, provided it always resumes from a complete checkpoint.
 
 Every rank computes; rank 0 writes the checkpoints (``step-N/state.json`` through
-:class:`hpcjobs.checkpoint.CheckpointDir`), notes its progress every step, and at the end
+:class:`hpcjobs.runtime.checkpoint.CheckpointDir`), notes its progress every step, and at the end
 writes ``--result`` and the done marker. On the warning signal or SIGTERM
-(:class:`hpcjobs.stopflag.StopFlag`) rank 0 checkpoints the step it just finished and every
+(:class:`hpcjobs.runtime.stopflag.StopFlag`) rank 0 checkpoints the step it just finished and every
 rank exits 0.
 
 Fault injection, used by the live requeue tests:
@@ -32,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from hpcjobs.checkpoint import CheckpointDir
-from hpcjobs.stopflag import StopFlag
+from hpcjobs.runtime.checkpoint import CheckpointDir
+from hpcjobs.runtime.stopflag import StopFlag
 
 MASK = (1 << 64) - 1
 

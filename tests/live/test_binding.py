@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from hpcjobs.config.loader import load_site
-from hpcjobs.jobspec import JobSpec, RequeuePolicy
-from hpcjobs.render import RenderedJob, render_job
 from hpcjobs.runner import LocalRunner
+from hpcjobs.script.jobspec import JobSpec, RequeuePolicy
+from hpcjobs.script.render import RenderedJob, render_job
 
 PYTHON = str(Path(sys.executable).absolute().parent / "python")
 

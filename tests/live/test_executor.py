@@ -17,7 +17,8 @@ from click.testing import CliRunner
 import hpcjobs
 from hpcjobs.cli import cli
 from hpcjobs.runner import LocalRunner
-from hpcjobs.submitit_ext import HpcExecutor, HpcJob
+from hpcjobs.submitit.executor import HpcExecutor
+from hpcjobs.submitit.jobs import HpcJob
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).absolute().parent

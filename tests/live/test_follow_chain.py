@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hpcjobs.chain import read_chain
 from hpcjobs.cli import cli
-from hpcjobs.follow import follow_jobs
+from hpcjobs.jobs.chain import read_chain
+from hpcjobs.jobs.follow import follow_jobs
 from hpcjobs.runner import LocalRunner
 from hpcjobs.slurm.client import SlurmClient
 from tests.live.conftest import SshClientHome
@@ -251,7 +251,7 @@ def test_executor_job_is_pending_right_after_submit(
     login: Login, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import hpcjobs
-    from hpcjobs.submitit_ext import queue_state
+    from hpcjobs.submitit.jobs import queue_state
 
     for key, value in login.env.items():
         monkeypatch.setenv(key, value)

@@ -1,10 +1,10 @@
 """Automatic requeue on the sandbox, end to end through ``hpcjobs submit``.
 
 Every job runs ``requeue_workload.py``, a deterministic counter that checkpoints with
-hpcjobs.checkpoint and stops on the warning signal with hpcjobs.stopflag. Each test interrupts
-it one way (preemption, time limit, node failure, budget, application error, a kill in the
-middle of a checkpoint) and then checks the chain's event log, ``sacct -D``, the job's output
-and the final result, which must equal that of an uninterrupted run.
+hpcjobs.runtime.checkpoint and stops on the warning signal with hpcjobs.runtime.stopflag. Each
+test interrupts it one way (preemption, time limit, node failure, budget, application error, a
+kill in the middle of a checkpoint) and then checks the chain's event log, ``sacct -D``, the
+job's output and the final result, which must equal that of an uninterrupted run.
 
 Preemptions come from an ``urgent`` job that takes every node (``--exclusive``). Where the
 test goes through Slurm's own requeue (node failure, a kill after the grace time), it clears
@@ -33,9 +33,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcjobs.chain import Chain, read_chain
-from hpcjobs.checkpoint import CheckpointDir
+from hpcjobs.jobs.chain import Chain, read_chain
 from hpcjobs.runner import LocalRunner
+from hpcjobs.runtime.checkpoint import CheckpointDir
 from hpcjobs.slurm.parse import version_tuple
 from tests.live.waiting import wait_for
 

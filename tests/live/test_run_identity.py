@@ -24,7 +24,7 @@ HPCJOBS = str(BIN / "hpcjobs")
 #: Appends one line to the file named by argv[1] and marks the run done.
 HELLO = (
     "import sys\n"
-    "from hpcjobs.checkpoint import CheckpointDir\n"
+    "from hpcjobs.runtime.checkpoint import CheckpointDir\n"
     "with open(sys.argv[1], 'a') as out:\n"
     "    out.write('hello\\n')\n"
     "CheckpointDir.from_env().mark_done()\n"

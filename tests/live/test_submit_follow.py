@@ -22,7 +22,8 @@ import pytest
 from click.testing import CliRunner
 
 from hpcjobs.cli import cli
-from hpcjobs.follow import JobEvent, follow_jobs
+from hpcjobs.jobs.follow import JobEvent, follow_jobs
+from hpcjobs.jobs.submission import SubmitResult, submit_rendered
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.sandbox import procs
 from hpcjobs.sandbox.cluster import Sandbox
@@ -31,7 +32,6 @@ from hpcjobs.slurm.classify import ErrorKind, SlurmCommandError
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.slurm.history import job_history
 from hpcjobs.slurm.jobs import query_status
-from hpcjobs.submission import SubmitResult, submit_rendered
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from hpcjobs.config.loader import load_site
-from hpcjobs.jobspec import JobSpec, RequeuePolicy
-from hpcjobs.render import render_job
+from hpcjobs.script.jobspec import JobSpec, RequeuePolicy
+from hpcjobs.script.render import render_job
 from tests.live.test_binding import reports, submit, wait_done
 
 VENV_BIN = Path(sys.executable).absolute().parent

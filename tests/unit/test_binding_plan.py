@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hpcjobs.binding import plan_binding, split_cpus
 from hpcjobs.config.cpulist import parse_cpulist
 from hpcjobs.config.models import Topology
 from hpcjobs.errors import BadInputError
+from hpcjobs.script.binding import plan_binding, split_cpus
 
 DGX = Topology.model_validate(
     {

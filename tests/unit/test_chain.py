@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpcjobs.chain import parse_chain, read_chain
-from hpcjobs.checkpoint import CheckpointDir
+from hpcjobs.jobs.chain import parse_chain, read_chain
+from hpcjobs.runtime.checkpoint import CheckpointDir
 
 LOG = "\n".join(
     [

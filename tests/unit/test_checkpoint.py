@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcjobs.checkpoint import COMPLETE, STALE_TMP_SECONDS, CheckpointDir
 from hpcjobs.errors import BadInputError
+from hpcjobs.runtime.checkpoint import COMPLETE, STALE_TMP_SECONDS, CheckpointDir
 
 
 def _save(ckpt: CheckpointDir, step: int, payload: str = "x") -> None:

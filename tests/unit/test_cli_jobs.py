@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcjobs.cli import cli
-from hpcjobs.records import remember, write_record
+from hpcjobs.jobs.records import remember, write_record
 from hpcjobs.runner import Result
 from hpcjobs.slurm import backend
 from tests.unit.test_slurm_client import FakeRunner, client_for, fail, ok
@@ -179,7 +179,7 @@ def test_logs_follow_until_the_job_ends(
         with log.open("a") as handle:
             handle.write("tick\n")
 
-    monkeypatch.setattr("hpcjobs.follow.time.sleep", sleep)
+    monkeypatch.setattr("hpcjobs.jobs.follow.time.sleep", sleep)
     result = CliRunner().invoke(cli, ["logs", "-f", "50"])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("starting\ntick\n")
@@ -230,7 +230,7 @@ def test_logs_follow_waits_for_a_pending_job(
     log.write_text("ran\n")
     waits: list[float] = []
     monkeypatch.setattr("hpcjobs.cli.logs.time.sleep", waits.append)
-    monkeypatch.setattr("hpcjobs.follow.time.sleep", waits.append)
+    monkeypatch.setattr("hpcjobs.jobs.follow.time.sleep", waits.append)
     result = CliRunner().invoke(cli, ["logs", "-f", "50"])
     assert result.exit_code == 0, result.output
     assert "is pending (Priority)" in result.stderr

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hpcjobs.distributed import PORT_BASE, PORT_SPAN, from_environment, master_port, node_addr
 from hpcjobs.runner import Result
+from hpcjobs.runtime.distributed import (
+    PORT_BASE,
+    PORT_SPAN,
+    from_environment,
+    master_port,
+    node_addr,
+)
 
 
 class FakeRunner:
@@ -87,7 +93,7 @@ def test_batch_script_port_matches_python() -> None:
     """The rendezvous port the batch script computes is the one Python code derives."""
     import subprocess
 
-    from hpcjobs.render import master_port_expr
+    from hpcjobs.script.render import master_port_expr
 
     for job_id in (7, 12345, 987654):
         out = subprocess.run(

@@ -20,15 +20,10 @@ from hpcjobs.config.loader import load_site
 from hpcjobs.config.models import SiteConfig
 from hpcjobs.errors import EXIT_BAD_INPUT, BadInputError, HpcJobsError
 from hpcjobs.runner import Result
-from hpcjobs.submitit_ext import (
-    PARAMETERS,
-    HpcExecutor,
-    HpcJob,
-    UnknownParameterError,
-    make_executor,
-    newest_result,
-    write_pickle,
-)
+from hpcjobs.submitit.executor import HpcExecutor, make_executor
+from hpcjobs.submitit.jobs import HpcJob, newest_result
+from hpcjobs.submitit.params import PARAMETERS, UnknownParameterError
+from hpcjobs.submitit.pickles import write_pickle
 from tests.unit.test_slurm_client import FakeRunner, client_for, ok
 
 PYTHON = "/opt/venv/bin/python"
@@ -219,13 +214,13 @@ def test_every_rank_runs_the_task_module_through_srun(site: SiteConfig, tmp_path
     ex = _executor(site, tmp_path, nodes=2)
     rendered = ex.render(uid="u1")
     folder = str(ex.folder)
-    assert f"{PYTHON} -u -m hpcjobs.submitit_ext {folder}" in rendered.script
+    assert f"{PYTHON} -u -m hpcjobs.submitit.task {folder}" in rendered.script
     assert "srun --nodes=2 --ntasks-per-node=4" in rendered.script
     assert f"--output={folder}/slurm-%j.out" in rendered.sbatch_args
     assert f"export HPCJOBS_RUN_DIR={folder}" in rendered.script
     assert f"export HPCJOBS_CHECKPOINT_DIR={folder}/checkpoints/u1" in rendered.script
     assert rendered.binding is not None and rendered.binding.by_gpu
-    assert ex._submitit_command_str == f"{PYTHON} -u -m hpcjobs.submitit_ext {folder}"
+    assert ex._submitit_command_str == f"{PYTHON} -u -m hpcjobs.submitit.task {folder}"
     assert ex._make_submission_file_text(ex._submitit_command_str, "u2").startswith("#!/bin/bash")
 
 
@@ -269,7 +264,7 @@ def test_submit_writes_private_pickle_and_returns_an_hpcjob(
     assert delayed.function is add and delayed.args == (1,) and delayed.kwargs == {"b": 2}
     assert not list(ex.folder.glob(".*.pkl"))
     script = ex.folder / "100_submission.sh"
-    assert script.is_symlink() and "hpcjobs.submitit_ext" in script.read_text()
+    assert script.is_symlink() and "hpcjobs.submitit.task" in script.read_text()
     assert job.checkpoint_dir is not None and job.checkpoint_dir.parent == ex.folder / "checkpoints"
     assert (ex.folder / "checkpoints" / "100").resolve() == job.checkpoint_dir.resolve()
     [argv] = [c for c in runner.calls if c[:2] == ["sbatch", "--parsable"]]
@@ -350,7 +345,7 @@ def watcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeWatcher]:
     fake = FakeWatcher()
     monkeypatch.setattr(HpcJob, "watcher", fake)
     monkeypatch.setattr(HpcJob, "_results_timeout_s", 0)
-    monkeypatch.setattr("hpcjobs.submitit_ext.queue_state", lambda job_id: None)
+    monkeypatch.setattr("hpcjobs.submitit.jobs.queue_state", lambda job_id: None)
     yield fake
 
 

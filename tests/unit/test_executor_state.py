@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcjobs import submitit_ext
 from hpcjobs.errors import CommandTimeoutError
-from hpcjobs.submitit_ext import HpcJob, queue_state
+from hpcjobs.submitit import jobs as submitit_jobs
+from hpcjobs.submitit.jobs import HpcJob, queue_state
 from tests.unit.test_executor import FakeWatcher
 from tests.unit.test_follow import _line
 from tests.unit.test_slurm_client import FakeRunner, client_for, ok
@@ -17,7 +17,7 @@ from tests.unit.test_slurm_client import FakeRunner, client_for, ok
 
 @pytest.fixture(autouse=True)
 def _fresh_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(submitit_ext, "_QUEUE_STATES", {})
+    monkeypatch.setattr(submitit_jobs, "_QUEUE_STATES", {})
     yield
 
 
@@ -25,11 +25,11 @@ def test_queue_state_is_one_squeue_reused_for_a_moment(monkeypatch: pytest.Monke
     runner = FakeRunner().add("squeue", ok(_line("12", "PENDING", "Priority")))
     client = client_for(runner)
     now = [100.0]
-    monkeypatch.setattr("hpcjobs.submitit_ext.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("hpcjobs.submitit.jobs.time.monotonic", lambda: now[0])
     assert queue_state("12", client) == "PENDING"
     assert queue_state("12", client) == "PENDING"
     assert runner.count("squeue") == 1
-    now[0] += submitit_ext.QUEUE_STATE_TTL_S
+    now[0] += submitit_jobs.QUEUE_STATE_TTL_S
     assert queue_state("12", client) == "PENDING" and runner.count("squeue") == 2
 
 
@@ -56,7 +56,7 @@ def test_state_asks_the_queue_while_accounting_does_not_know_the_job(
         asked.append(job_id)
         return "PENDING"
 
-    monkeypatch.setattr(submitit_ext, "queue_state", queued)
+    monkeypatch.setattr(submitit_jobs, "queue_state", queued)
     job: HpcJob[int] = HpcJob(tmp_path, "12")
     assert job.state == "PENDING" and asked == ["12"]  # sacct says UNKNOWN
     fake.states["12"] = "RUNNING"

@@ -1,4 +1,4 @@
-"""What each rank of an executor job runs: ``python -m hpcjobs.submitit_ext FOLDER``.
+"""What each rank of an executor job runs: ``python -m hpcjobs.submitit.task FOLDER``.
 
 The task runs in a real subprocess with the variables Slurm and the batch script would set,
 so signals, exit codes and output redirection are the real ones.
@@ -18,8 +18,9 @@ import pytest
 from submitit.core import utils
 from submitit.helpers import Checkpointable
 
-from hpcjobs.resumable import EXIT_INTERRUPTED, Resumable
-from hpcjobs.submitit_ext import previous_run, write_pickle
+from hpcjobs.runtime.resumable import EXIT_INTERRUPTED, Resumable
+from hpcjobs.submitit.pickles import write_pickle
+from hpcjobs.submitit.task import previous_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -81,7 +82,7 @@ def _start(folder: Path, job_id: str, root: str | None = None) -> subprocess.Pop
         "HPCJOBS_CHAIN_ROOT": root or job_id,
         "HPCJOBS_SIGNAL": "USR2",
     }
-    argv = [sys.executable, "-u", "-m", "hpcjobs.submitit_ext", str(folder)]
+    argv = [sys.executable, "-u", "-m", "hpcjobs.submitit.task", str(folder)]
     return subprocess.Popen(argv, cwd=REPO, env=env, text=True, stderr=subprocess.PIPE)
 
 
@@ -167,11 +168,11 @@ def test_checkpointable_pickles_its_state_for_the_next_run_only(tmp_path: Path) 
 
 
 def test_missing_pickle_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpcjobs import submitit_ext
+    from hpcjobs.submitit import pickles
 
-    monkeypatch.setattr(submitit_ext, "PICKLE_WAIT_S", 0.1)
+    monkeypatch.setattr(pickles, "PICKLE_WAIT_S", 0.1)
     with pytest.raises(RuntimeError, match="never appeared"):
-        submitit_ext._load_submission(tmp_path / "1_submitted.pkl")
+        pickles.load_submission(tmp_path / "1_submitted.pkl")
 
 
 def test_previous_run_follows_the_log(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcjobs.follow import (
+from hpcjobs.jobs.follow import (
     Follower,
     JobEvent,
     PollSchedule,

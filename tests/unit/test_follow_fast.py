@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcjobs.chain import Event, format_event
-from hpcjobs.follow import EventLogWatch, PollSchedule, follow_chain, follow_jobs
+from hpcjobs.jobs.chain import Event, format_event
+from hpcjobs.jobs.follow import EventLogWatch, PollSchedule, follow_chain, follow_jobs
 from hpcjobs.runner import LocalRunner, Result
 from tests.unit.test_follow import _line
 from tests.unit.test_slurm_client import FakeRunner, Sleeps, client_for, ok

@@ -20,10 +20,10 @@ import pytest
 from hpcjobs.cli.submit import dry_run_text
 from hpcjobs.config.loader import load_site
 from hpcjobs.errors import BadInputError
-from hpcjobs.jobspec import load_job_file, parse_spec
-from hpcjobs.render import render_job
+from hpcjobs.jobs.submission import plan_submission
 from hpcjobs.resources import site_configs_dir
-from hpcjobs.submission import plan_submission
+from hpcjobs.script.jobspec import load_job_file, parse_spec
+from hpcjobs.script.render import render_job
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS_DIR = ROOT / "data" / "jobs"

@@ -225,8 +225,8 @@ def invoke_cli(argv: list[str], env: dict[str, str]) -> Outcome:
 
 
 def run_api(case: Case, paths: Paths, site: Any) -> Outcome:
-    from hpcjobs.jobspec import parse_spec
-    from hpcjobs.render import render_job
+    from hpcjobs.script.jobspec import parse_spec
+    from hpcjobs.script.render import render_job
 
     try:
         spec = parse_spec(paths.fill(case.api_data or {}))
@@ -239,7 +239,7 @@ def run_api(case: Case, paths: Paths, site: Any) -> Outcome:
 
 
 def run_executor(case: Case, paths: Paths, site: Any) -> Outcome:
-    from hpcjobs.submitit_ext import make_executor
+    from hpcjobs.submitit.executor import make_executor
 
     try:
         executor = make_executor(
@@ -276,9 +276,9 @@ class FakeClient:
 
 
 def run_chunks(case: Case, paths: Paths, site: Any) -> tuple[Outcome, list[Path]]:
-    from hpcjobs.jobspec import parse_spec
-    from hpcjobs.render import render_job
-    from hpcjobs.submission import submit_rendered
+    from hpcjobs.jobs.submission import submit_rendered
+    from hpcjobs.script.jobspec import parse_spec
+    from hpcjobs.script.render import render_job
 
     try:
         rendered = render_job(parse_spec(paths.fill(case.api_data or {})), site)

@@ -20,8 +20,8 @@ from hpcjobs.cli.submit import flags_to_fields, parse_max_requeues
 from hpcjobs.config.loader import load_site
 from hpcjobs.config.models import SiteConfig
 from hpcjobs.errors import EXIT_BAD_INPUT, BadInputError
-from hpcjobs.jobspec import parse_signal_option, parse_spec
 from hpcjobs.safetext import MAX_COUNT
+from hpcjobs.script.jobspec import parse_signal_option, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = REPO / "site-configs" / "sandbox.yaml"
@@ -351,7 +351,7 @@ def site() -> SiteConfig:
 def test_executor_parameters_use_the_same_rules(
     site: SiteConfig, tmp_path: Path, params: dict[str, Any], needle: str
 ) -> None:
-    from hpcjobs.submitit_ext import HpcExecutor
+    from hpcjobs.submitit.executor import HpcExecutor
 
     executor = HpcExecutor(tmp_path / "ex", site=site)
     with pytest.raises(BadInputError) as info:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcjobs.chain import Event, format_event, parse_chain, read_chain
 from hpcjobs.errors import CommandError
+from hpcjobs.jobs.chain import Event, format_event, parse_chain, read_chain
 from hpcjobs.remote.hostkeys import read_known_hosts
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.slurm import parse

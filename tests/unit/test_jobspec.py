@@ -9,7 +9,7 @@ import pytest
 from hpcjobs.config.loader import load_site
 from hpcjobs.config.models import SiteConfig
 from hpcjobs.errors import EXIT_BAD_INPUT, BadInputError
-from hpcjobs.jobspec import (
+from hpcjobs.script.jobspec import (
     JobSpec,
     RequeuePolicy,
     job_name_for_path,

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from hpcjobs.cli import cli
 from hpcjobs.config.locate import SITE_ENV, select_site_for_host
 from hpcjobs.errors import EXIT_BAD_INPUT, EXIT_SLURM, ConfigError, TemplateError
-from hpcjobs.render import master_port_expr
 from hpcjobs.sandbox.layout import SANDBOX_ENV_COMMAND, SITE_NAME, Layout
+from hpcjobs.script.render import master_port_expr
 from hpcjobs.slurm.classify import ErrorKind, SlurmCommandError, classify_text, config_hint
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -216,7 +216,7 @@ def test_template_undefined_value_has_a_hint(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", ["a\nb", True])
 def test_quote_errors_have_hints(value: object) -> None:
-    from hpcjobs.templating import quote
+    from hpcjobs.script.templating import quote
 
     with pytest.raises(TemplateError) as info:
         quote(value)

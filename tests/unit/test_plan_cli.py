@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from hpcjobs.checkpoint import CheckpointDir
 from hpcjobs.cli import cli
 from hpcjobs.config.loader import load_site
-from hpcjobs.jobspec import load_job_file, parse_spec, resolve_spec
-from hpcjobs.records import remember, write_record
+from hpcjobs.jobs.records import remember, write_record
+from hpcjobs.runtime.checkpoint import CheckpointDir
+from hpcjobs.script.jobspec import load_job_file, parse_spec, resolve_spec
 
 LLAMA_70B = [
     "--layers", "80", "--hidden", "8192", "--heads", "64", "--vocab", "32000",
@@ -270,9 +270,9 @@ def test_from_run_without_timing_exits_2(tmp_path: Path) -> None:
 
 
 def test_plan_env_names_are_the_ones_jobs_may_set() -> None:
-    from hpcjobs.jobspec import PLAN_ENV
     from hpcjobs.plan.jobfile import plan_env
     from hpcjobs.plan.memory import Layout
+    from hpcjobs.script.jobspec import PLAN_ENV
 
     env = plan_env(
         Layout(2, 1, 4, 1, 1, "none", False), global_batch=8, seq_len=16, precision="bf16"

@@ -12,9 +12,9 @@ from hpcjobs.cli import cli
 from hpcjobs.config.loader import load_site
 from hpcjobs.config.models import SiteConfig
 from hpcjobs.errors import BadInputError, TemplateError
-from hpcjobs.jobspec import ContainerSpec, JobSpec
-from hpcjobs.render import render_job
-from hpcjobs.templating import BLOCKS, Raw, make_environment, quote, render_template
+from hpcjobs.script.jobspec import ContainerSpec, JobSpec
+from hpcjobs.script.render import render_job
+from hpcjobs.script.templating import BLOCKS, Raw, make_environment, quote, render_template
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,8 @@ import pytest
 
 from hpcjobs.config.loader import load_site
 from hpcjobs.config.models import SiteConfig
-from hpcjobs.jobspec import JobSpec
-from hpcjobs.render import RenderedJob, render_job
+from hpcjobs.script.jobspec import JobSpec
+from hpcjobs.script.render import RenderedJob, render_job
 
 FAKEBIN = Path(__file__).resolve().parents[1] / "data" / "jobs" / "fakebin"
 

@@ -1,5 +1,5 @@
 """The requeue policy, checked on one table against both implementations: Python's
-hpcjobs.requeue.decide() and the bash library every batch script carries."""
+tests/unit/requeue_reference.py and the bash library every batch script carries."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcjobs.requeue import Action, Budget, Cause, classify, decide
+from hpcjobs.config.models import MaxRequeues
 from hpcjobs.resources import templates_dir
+from tests.unit.requeue_reference import Action, Budget, Cause, classify, decide
 
 LIBRARY = templates_dir() / "lib" / "requeue.bash"
 
@@ -351,6 +352,11 @@ def _library_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "SLURM_JOB_ID": "300",
         "HPCJOBS_RUN_DIR": str(run_dir),
         "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
+        # A rendered script always sets the budgets: here the site config's defaults.
+        **{
+            f"HPCJOBS_MAX_REQUEUE_{k.upper()}": str(v)
+            for k, v in MaxRequeues().model_dump().items()
+        },
         **extra,
     }
 
@@ -443,8 +449,8 @@ def test_begin_sets_aside_a_log_left_by_an_earlier_job_with_the_same_id(tmp_path
 
 def test_continuation_drops_one_shot_options_and_keeps_the_chain_token(tmp_path: Path) -> None:
     from hpcjobs.config.loader import load_site
-    from hpcjobs.jobspec import Where, parse_spec
-    from hpcjobs.render import render_job
+    from hpcjobs.script.jobspec import Where, parse_spec
+    from hpcjobs.script.render import render_job
 
     spec = parse_spec(
         {

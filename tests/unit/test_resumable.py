@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import hpcjobs
-from hpcjobs.resumable import EXIT_INTERRUPTED, Interrupted, Resumable, checkpoint_folder
+from hpcjobs.runtime.resumable import EXIT_INTERRUPTED, Interrupted, Resumable, checkpoint_folder
 
 
 @pytest.fixture(autouse=True)

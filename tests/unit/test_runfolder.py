@@ -12,11 +12,8 @@ import pytest
 
 from hpcjobs.config.loader import load_site
 from hpcjobs.errors import BadInputError
-from hpcjobs.jobspec import Where, parse_spec
-from hpcjobs.records import LocalFiles
-from hpcjobs.render import render_job
-from hpcjobs.resources import templates_dir
-from hpcjobs.runfolder import (
+from hpcjobs.jobs.records import LocalFiles
+from hpcjobs.jobs.runfolder import (
     RUN_FILE,
     FolderState,
     decide,
@@ -25,7 +22,10 @@ from hpcjobs.runfolder import (
     prepare_run_folder,
     run_identity,
 )
+from hpcjobs.resources import templates_dir
 from hpcjobs.runner import LocalRunner
+from hpcjobs.script.jobspec import Where, parse_spec
+from hpcjobs.script.render import render_job
 
 LIBRARY = templates_dir() / "lib" / "requeue.bash"
 
@@ -117,7 +117,7 @@ def test_decide_refuses_a_folder_claimed_by_a_pending_run() -> None:
 def test_a_job_whose_folder_was_taken_over_writes_nothing_there(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hpcjobs.checkpoint import CheckpointDir, CheckpointFolderTaken
+    from hpcjobs.runtime.checkpoint import CheckpointDir, CheckpointFolderTaken
 
     folder = tmp_path / "checkpoints"
     _prepare(folder, "python", "train.py")
@@ -364,7 +364,7 @@ def test_fresh_never_merges_into_a_folder_set_aside_in_the_same_second(tmp_path:
 
 
 def test_a_claimed_folder_is_free_once_the_claiming_run_left_the_queue(tmp_path: Path) -> None:
-    from hpcjobs.runfolder import note_submitted
+    from hpcjobs.jobs.runfolder import note_submitted
 
     folder = tmp_path / "checkpoints"
     first = _prepare(folder, "python", "train.py")

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hpcjobs.chain import Chain, Event, ended_by_accounting, format_event, parse_chain
 from hpcjobs.cli import cli
 from hpcjobs.errors import CommandError
-from hpcjobs.records import remember
+from hpcjobs.jobs.chain import Chain, Event, ended_by_accounting, format_event, parse_chain
+from hpcjobs.jobs.records import remember
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.slurm import backend
 from tests.unit.test_follow import _line
@@ -264,7 +264,7 @@ def test_logs_follow_of_a_pending_job_names_a_real_reason_only(
     slurm.add("squeue", ok("50|50|50|N/A|COMPLETED|None|n1|0:02|1|0|batch|alice|x|\n"))
     log.write_text("ran\n")
     monkeypatch.setattr("hpcjobs.cli.logs.time.sleep", lambda s: None)
-    monkeypatch.setattr("hpcjobs.follow.time.sleep", lambda s: None)
+    monkeypatch.setattr("hpcjobs.jobs.follow.time.sleep", lambda s: None)
     result = CliRunner().invoke(cli, ["logs", "-f", "50"])
     assert result.exit_code == 0, result.output
     assert f"==> job 50 is {shown}" in result.stderr

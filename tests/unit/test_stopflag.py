@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from hpcjobs.stopflag import StopFlag, signal_from_env
+from hpcjobs.runtime.stopflag import StopFlag, signal_from_env
 
 
 @pytest.fixture(autouse=True)

@@ -16,10 +16,10 @@ import pytest
 
 from hpcjobs import __version__
 from hpcjobs.errors import BadInputError
-from hpcjobs.records import find_record
+from hpcjobs.jobs.records import find_record
+from hpcjobs.jobs.submission import parse_after, submit_rendered, take_option, with_offset
 from hpcjobs.runner import Result
 from hpcjobs.slurm.classify import SlurmCommandError
-from hpcjobs.submission import parse_after, submit_rendered, take_option, with_offset
 from tests.unit.test_slurm_client import FakeRunner, client_for, fail, ok
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -229,7 +229,7 @@ def test_take_option_forms() -> None:
 
 def test_job_index_keeps_clusters_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same job id on two clusters (or sandboxes) points at two different records."""
-    from hpcjobs.records import remember
+    from hpcjobs.jobs.records import remember
 
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text("{}")

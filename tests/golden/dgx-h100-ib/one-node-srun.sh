@@ -196,11 +196,11 @@ HPCJOBS_SBATCH_ARGS=(--job-name=pretrain-small --partition=batch --nodes=1 --nta
 #     starts as soon as resources are free, instead of after Slurm's ~2 minute requeue hold.
 #   * node failure (or a preemption whose grace time ran out): Slurm requeues the job itself
 #     (same job id, SLURM_RESTART_COUNT+1); the event log records it and budgets apply.
-# The policy mirrors hpcjobs.requeue.decide(); keep the two in step.
+# This is the policy that runs; tests/unit/requeue_reference.py restates it in Python.
 # Inputs: HPCJOBS_RUN_DIR (shared folder for the event log), HPCJOBS_CHAIN_ROOT (set only
 #         for continuations), HPCJOBS_CHECKPOINT_DIR, HPCJOBS_RUN_FINGERPRINT and
 #         HPCJOBS_RUN_FILE (the run this job is, and the file naming the run that owns the
-#         checkpoint folder; see hpcjobs.runfolder), HPCJOBS_SIGNAL_LEAD (s),
+#         checkpoint folder; see hpcjobs.jobs.runfolder), HPCJOBS_SIGNAL_LEAD (s),
 #         HPCJOBS_MAX_REQUEUE_{PREEMPTION,TIMEOUT,NODE_FAILURE,APPLICATION}, HPCJOBS_MAX_REQUEUES
 #         (total, empty = no limit), and the array HPCJOBS_SBATCH_ARGS (this job's sbatch options).
 
@@ -270,12 +270,14 @@ hpcjobs_mark_done() {
     (umask 077 && : >"$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT")
 }
 
-# hpcjobs_budget CAUSE: the per-cause requeue budget.
+# hpcjobs_budget CAUSE: the per-cause requeue budget. The batch script sets every one from the
+# site config and the job (their defaults live in hpcjobs/config/models.py, MaxRequeues, and
+# nowhere else); one that is not set allows no requeue.
 hpcjobs_budget() {
     case $1 in
-        preemption) echo "${HPCJOBS_MAX_REQUEUE_PREEMPTION:-20}" ;;
-        timeout) echo "${HPCJOBS_MAX_REQUEUE_TIMEOUT:-10}" ;;
-        node_failure) echo "${HPCJOBS_MAX_REQUEUE_NODE_FAILURE:-5}" ;;
+        preemption) echo "${HPCJOBS_MAX_REQUEUE_PREEMPTION:-0}" ;;
+        timeout) echo "${HPCJOBS_MAX_REQUEUE_TIMEOUT:-0}" ;;
+        node_failure) echo "${HPCJOBS_MAX_REQUEUE_NODE_FAILURE:-0}" ;;
         application) echo "${HPCJOBS_MAX_REQUEUE_APPLICATION:-0}" ;;
         *) echo 0 ;;
     esac
@@ -528,7 +530,7 @@ hpcjobs_chain_ends() {
 
 # hpcjobs_continue CAUSE: submit the continuation job and stop Slurm requeueing this one.
 # The continuation gets this job's options (HPCJOBS_SBATCH_ARGS: the renderer has left out the
-# ones for the first submission only, hpcjobs.sbatchopts.FIRST_SUBMISSION_ONLY) except the array
+# ones for the first submission only, hpcjobs.script.sbatchopts.FIRST_SUBMISSION_ONLY) except the array
 # and dependency, which it sets itself, and this job's comment, which carries the chain's token.
 hpcjobs_continue() {
     local args=() arg new skip=0 comment root=${HPCJOBS_CHAIN_ROOT:-$(hpcjobs_self_id)}

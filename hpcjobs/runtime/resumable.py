@@ -5,9 +5,9 @@ It keeps no progress in itself: every run, the first one and each one after an i
 starts from the newest complete checkpoint in its checkpoint folder, never from state pickled
 when the job was submitted. It gives the code inside ``__call__``:
 
-* ``self.checkpoints``: the job's :class:`~hpcjobs.checkpoint.CheckpointDir`
+* ``self.checkpoints``: the job's :class:`~hpcjobs.runtime.checkpoint.CheckpointDir`
   (``$HPCJOBS_CHECKPOINT_DIR``, one folder per job and per array task);
-* ``self.stop``: a :class:`~hpcjobs.stopflag.StopFlag`, raised by the warning signal or
+* ``self.stop``: a :class:`~hpcjobs.runtime.stopflag.StopFlag`, raised by the warning signal or
   SIGTERM; ``self.stop.should_stop()`` agrees across ``torch.distributed`` ranks;
 * ``self.save(step, write)``: rank 0 writes a checkpoint of replicated state, every rank waits
   for it;
@@ -41,8 +41,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from hpcjobs.checkpoint import ENV_DIR, CheckpointDir
-from hpcjobs.stopflag import StopFlag, initialised_dist
+from hpcjobs.runtime.checkpoint import ENV_DIR, CheckpointDir
+from hpcjobs.runtime.stopflag import StopFlag, initialised_dist
 
 log = logging.getLogger(__name__)
 

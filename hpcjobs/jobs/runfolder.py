@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from hpcjobs.checkpoint import DONE, ENV_FINGERPRINT, ENV_RUN_FILE, RUN_FILE
 from hpcjobs.errors import BadInputError, CommandError, HpcJobsError
 from hpcjobs.runner import Result, Runner
+from hpcjobs.runtime.checkpoint import DONE, ENV_FINGERPRINT, ENV_RUN_FILE, RUN_FILE
 
 RUN_FORMAT = 1
 _JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
@@ -237,7 +237,7 @@ def prepare_run_folder(
 
     Args:
         runner: runs ``ls``/``cat``/``mkdir``/``mv`` where the job is submitted.
-        files: a :class:`hpcjobs.records.FileStore` there, to write the RUN file.
+        files: a :class:`hpcjobs.jobs.records.FileStore` there, to write the RUN file.
         path: the checkpoint folder (absolute, as the job sees it).
         identity: :func:`run_identity` of the new job.
         reuse: what to do with a folder of another run: ``fresh`` or ``resume``.

@@ -302,7 +302,7 @@ class EventLogWatch:
 
     def check(self) -> bool:
         """True when a ``requeue`` or ``end`` event was appended since the last call."""
-        from hpcjobs.chain import parse_chain
+        from hpcjobs.jobs.chain import parse_chain
 
         size = self._size()
         if size is None or size == self.offset:
@@ -368,7 +368,7 @@ def follow_chain(
     a job is seen within seconds of its script logging it. ``watch`` replaces the default one
     (on ``<output_dir>/chain-<root>.tsv``; ``output_dir`` defaults to the job index's).
     """
-    from hpcjobs.chain import chain_output_dir, chain_path, ended_by_accounting, load_chain
+    from hpcjobs.jobs.chain import chain_output_dir, chain_path, ended_by_accounting, load_chain
 
     if watch is None:
         folder = output_dir or chain_output_dir(root)

@@ -8,7 +8,7 @@ temporary folder that :meth:`CheckpointDir.latest` ignores.
 
 Typical use (from any training loop; torch is not required)::
 
-    from hpcjobs.checkpoint import CheckpointDir
+    from hpcjobs.runtime.checkpoint import CheckpointDir
 
     ckpt = CheckpointDir.from_env(keep=3)          # $HPCJOBS_CHECKPOINT_DIR
     last = ckpt.latest()
@@ -44,7 +44,7 @@ COMPLETE = "COMPLETE"
 DONE = "DONE"
 PROGRESS = "PROGRESS"
 ENV_DIR = "HPCJOBS_CHECKPOINT_DIR"
-#: The file in a checkpoint folder that names the run owning it (see :mod:`hpcjobs.runfolder`).
+#: The file in a checkpoint folder that names the run owning it (see :mod:`hpcjobs.jobs.runfolder`).
 RUN_FILE = "RUN"
 #: What the batch script exports: this job's run fingerprint, and the RUN file it must match.
 ENV_FINGERPRINT = "HPCJOBS_RUN_FINGERPRINT"

@@ -23,7 +23,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from hpcjobs.config.models import Partition, SiteConfig
+from hpcjobs.config.launchers import LAUNCHERS, Launcher
+from hpcjobs.config.models import MaxRequeues, Partition, SiteConfig
 from hpcjobs.config.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError
 from hpcjobs.safetext import (
@@ -39,11 +40,8 @@ from hpcjobs.safetext import (
     shown,
 )
 
-Launcher = Literal["srun", "torchrun", "none"]
-LAUNCHERS: tuple[Launcher, ...] = ("srun", "torchrun", "none")
-
-#: Causes a requeue budget is kept for.
-REQUEUE_CAUSES = ("preemption", "timeout", "node_failure", "application")
+#: Causes a requeue budget is kept for: the fields of the site config's ``max_requeues``.
+REQUEUE_CAUSES: tuple[str, ...] = tuple(MaxRequeues.model_fields)
 
 #: Slurm's limit on the ``--signal`` lead time, in seconds.
 MAX_SIGNAL_LEAD = 65535

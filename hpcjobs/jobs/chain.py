@@ -199,7 +199,7 @@ def chain_output_dir(
     job_id: str, *, index_dir: Path | None = None, host: str | None = None
 ) -> str | None:
     """Where the chain that ``job_id`` started keeps its files, from the local job index."""
-    from hpcjobs.records import index_entry
+    from hpcjobs.jobs.records import index_entry
 
     entry = index_entry(job_id, index_dir=index_dir, host=host)
     output_dir = entry.get("output_dir") if entry else None

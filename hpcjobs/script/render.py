@@ -14,14 +14,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcjobs.binding import BindingPlan, plan_binding
 from hpcjobs.config.models import Partition, SiteConfig, Topology
-from hpcjobs.distributed import PORT_BASE, PORT_SPAN
 from hpcjobs.errors import BadInputError
-from hpcjobs.jobspec import JobSpec, Where, resolve_spec
-from hpcjobs.runfolder import ENV_FINGERPRINT, ENV_RUN_FILE, RUN_FILE, fingerprint, run_identity
-from hpcjobs.sbatchopts import check_sbatch_options, is_first_submission_only
-from hpcjobs.templating import (
+from hpcjobs.jobs.runfolder import (
+    ENV_FINGERPRINT,
+    ENV_RUN_FILE,
+    RUN_FILE,
+    fingerprint,
+    run_identity,
+)
+from hpcjobs.runtime.distributed import PORT_BASE, PORT_SPAN
+from hpcjobs.script.binding import BindingPlan, plan_binding
+from hpcjobs.script.jobspec import JobSpec, Where, resolve_spec
+from hpcjobs.script.sbatchopts import check_sbatch_options, is_first_submission_only
+from hpcjobs.script.templating import (
     BLOCKS,
     Raw,
     block_file,
@@ -31,7 +37,7 @@ from hpcjobs.templating import (
     render_template,
     search_path,
 )
-from hpcjobs.tuning import EnvVar, is_tuning_var, tuning_env
+from hpcjobs.script.tuning import EnvVar, is_tuning_var, tuning_env
 
 #: Characters an ``#SBATCH`` line may hold and still mean exactly what it says: no blanks,
 #: quotes, backslashes or ``#`` (which sbatch's directive parser would interpret).
@@ -46,7 +52,7 @@ class RenderedJob:
 
     ``sbatch_args`` holds options only: run ``sbatch [--parsable] *sbatch_args SCRIPT``.
     ``blocks`` maps each block (and ``main``) to the template file that served it.
-    ``identity`` is what makes this run the same run (:func:`hpcjobs.runfolder.run_identity`);
+    ``identity`` is what makes this run the same run (:func:`hpcjobs.jobs.runfolder.run_identity`);
     its fingerprint is in the script, and the checkpoint folder's RUN file must match it.
     """
 
@@ -190,7 +196,7 @@ def is_directive_safe(option: str) -> bool:
 
 def master_port_expr() -> str:
     """The bash arithmetic that derives MASTER_PORT from the job id."""
-    # The same number hpcjobs.distributed.master_port() gives Python code.
+    # The same number hpcjobs.runtime.distributed.master_port() gives Python code.
     return f"$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))"
 
 

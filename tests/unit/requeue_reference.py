@@ -1,12 +1,13 @@
-"""The requeue decision: given why a run ended and what budget is left, what happens next.
+"""The requeue decision restated in Python, as the reference the bash library is tested against.
 
-This is the single source of truth for the policy. Batch scripts carry the same table in bash
-(they must run where hpcjobs is not installed); the tests check both against one table.
+What runs is ``templates/lib/requeue.bash``, which every batch script carries (it must run where
+hpcjobs is not installed). This module states the same policy, cause classification included,
+in Python, and tests/unit/test_requeue.py checks both against one table.
 
 Contract with the application: it receives the warning signal, checkpoints and exits with any
 exit code. hpcjobs decides from the *cause* (preemption, timeout, node failure) and the budget,
 not from the exit code. An application that wants to declare "finished" writes the done marker
-(:meth:`hpcjobs.checkpoint.CheckpointDir.mark_done`). A run that ends on its own (no warning
+(:meth:`hpcjobs.runtime.checkpoint.CheckpointDir.mark_done`). A run that ends on its own (no warning
 signal) with exit 0 is finished; with another exit code it is an application failure, requeued
 only when the ``application`` budget allows it (0 by default).
 """

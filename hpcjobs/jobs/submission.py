@@ -2,7 +2,7 @@
 
 :func:`submit_rendered` takes anything shaped like the renderer's output (see
 :class:`RenderedJobLike`), writes the script and a record into a new 0700 folder in the job's
-output dir (:mod:`hpcjobs.records`), and submits it through a :class:`SlurmClient`: transient
+output dir (:mod:`hpcjobs.jobs.records`), and submits it through a :class:`SlurmClient`: transient
 failures are retried, permanent ones fail at once with Slurm's message, and a unique token in
 the job's comment makes sure an ambiguous failure never leaves a duplicate job behind.
 
@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from hpcjobs import __version__
 from hpcjobs.errors import BadInputError, HpcJobsError, SlurmError
-from hpcjobs.records import FileStore, LocalFiles, record_text, remember
+from hpcjobs.jobs.records import FileStore, LocalFiles, record_text, remember
 from hpcjobs.safetext import require_safe
 from hpcjobs.slurm.arrays import ArrayChunk, parse_array, split_array
 from hpcjobs.slurm.client import DEFAULT_MAX_ARRAY_SIZE, SlurmClient, sbatch_argv
