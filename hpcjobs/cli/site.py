@@ -188,7 +188,9 @@ def discover_cmd(
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     runner = make_runner(host, (ctx.obj or {}).get("site") if host else None)
-    draft = discover_site(runner, name=name, probe=probe_node, now=now)
+    from hpcjobs.slurm.client import SlurmClient
+
+    draft = discover_site(SlurmClient(runner), name=name, probe=probe_node, now=now)
     doc = parse_yaml_text(draft.text, source="draft")
     _, findings = validate_data(doc.data) if isinstance(doc.data, dict) else (None, [])
     for note in draft.notes:

@@ -96,21 +96,19 @@ def check(ctx: click.Context, host: str) -> None:
     Exit 0 when Slurm answers, 4 when the SSH connection or login fails, 3 when Slurm's
     commands are missing or fail on the host.
     """
-    from hpcjobs.errors import CommandError
+    from hpcjobs.errors import SlurmError
     from hpcjobs.remote.runner import SshRunner
+    from hpcjobs.slurm.client import SlurmClient
+    from hpcjobs.slurm.retry import NO_RETRY
 
     runner = make_runner(host, _site(ctx))
     assert isinstance(runner, SshRunner)
     connection = runner.connect()
     click.echo(f"Connected to {connection.target.label}")
     click.echo(f"Host key: {connection.key_type} {connection.key_fingerprint}")
-    result = runner.run(["sinfo", "--version"], timeout=60, check=False)
-    if not result.ok:
-        raise CommandError(
-            result.argv,
-            result.returncode,
-            result.stderr,
-            stdout=result.stdout,
-            hint="the SSH connection works, but Slurm's commands fail on that host",
-        )
+    try:
+        result = SlurmClient(runner, policy=NO_RETRY).run(["sinfo", "--version"], timeout=60)
+    except SlurmError as exc:
+        exc.hint = "the SSH connection works, but Slurm's commands fail on that host"
+        raise
     click.echo(f"Slurm: {result.stdout.strip() or '(no output)'}")

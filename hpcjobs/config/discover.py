@@ -23,13 +23,12 @@ from hpcjobs.config.slurminfo import (
     merge_scontrol_nodes,
     parse_cluster_facts,
     parse_partitions,
-    parse_scontrol_config,
-    parse_scontrol_records,
     parse_sinfo_nodes,
 )
 from hpcjobs.config.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError, SlurmError
-from hpcjobs.runner import Runner
+from hpcjobs.slurm.client import SlurmClient
+from hpcjobs.slurm.parse import parse_config, parse_scontrol_records
 
 SINFO_FORMAT = "%N|%P|%c|%z|%m|%G"
 DEFAULT_TIME = "01:00:00"
@@ -57,35 +56,35 @@ class ClusterSnapshot:
     probe_node: str | None = None
 
 
-def read_cluster(runner: Runner, *, timeout: float = 60.0) -> ClusterSnapshot:
-    """Query ``sinfo`` and ``scontrol`` through ``runner``.
+def read_cluster(client: SlurmClient, *, timeout: float = 60.0) -> ClusterSnapshot:
+    """Query ``sinfo`` and ``scontrol`` through ``client`` (its retries and time format).
 
     Raises:
-        CommandError: A Slurm command failed (for example, no controller is reachable).
+        SlurmError: A Slurm command failed for good (for example, no controller is reachable).
     """
-    sinfo = runner.run(
+    sinfo = client.run(
         ["sinfo", "--noheader", "--Node", "--all", f"--format={SINFO_FORMAT}"], timeout=timeout
     )
-    node_text = runner.run(["scontrol", "--oneliner", "show", "node"], timeout=timeout)
-    part_text = runner.run(
+    node_text = client.run(["scontrol", "--oneliner", "show", "node"], timeout=timeout)
+    part_text = client.run(
         ["scontrol", "--all", "--oneliner", "show", "partition"], timeout=timeout
     )
-    config_text = runner.run(["scontrol", "show", "config"], timeout=timeout)
+    config_text = client.run(["scontrol", "show", "config"], timeout=timeout)
     nodes = parse_sinfo_nodes(sinfo.stdout)
     merge_scontrol_nodes(nodes, parse_scontrol_records(node_text.stdout))
     return ClusterSnapshot(
-        facts=parse_cluster_facts(parse_scontrol_config(config_text.stdout)),
+        facts=parse_cluster_facts(parse_config(config_text.stdout)),
         nodes=nodes,
         partitions=parse_partitions(parse_scontrol_records(part_text.stdout)),
     )
 
 
-def probe_node(runner: Runner, snapshot: ClusterSnapshot, node: str) -> ProbedNode:
+def probe_node(client: SlurmClient, snapshot: ClusterSnapshot, node: str) -> ProbedNode:
     """Run the probe script on ``node`` with ``srun`` and parse what it prints.
 
     Raises:
         BadInputError: Slurm does not know the node.
-        CommandError: ``srun`` failed.
+        SlurmError: ``srun`` failed.
     """
     info = snapshot.nodes.get(node)
     if info is None:
@@ -97,7 +96,7 @@ def probe_node(runner: Runner, snapshot: ClusterSnapshot, node: str) -> ProbedNo
     if partition:
         argv.append(f"--partition={partition}")
     argv += ["sh", "-c", PROBE_SCRIPT]
-    result = runner.run(argv, timeout=PROBE_TIMEOUT)
+    result = client.run(argv, timeout=PROBE_TIMEOUT)
     if "@@end" not in result.stdout:
         raise SlurmError(
             f"probing node {node!r} returned incomplete output",
@@ -107,12 +106,12 @@ def probe_node(runner: Runner, snapshot: ClusterSnapshot, node: str) -> ProbedNo
 
 
 def discover_site(
-    runner: Runner, *, name: str | None = None, probe: str | None = None, now: str = ""
+    client: SlurmClient, *, name: str | None = None, probe: str | None = None, now: str = ""
 ) -> Draft:
-    """Query the cluster behind ``runner`` and draft its site config.
+    """Query the cluster behind ``client`` and draft its site config.
 
     Args:
-        runner: Runs Slurm commands (locally or over SSH).
+        client: Runs Slurm commands (over a local or SSH runner).
         name: The site name; default: Slurm's ``ClusterName``.
         probe: A node to read the topology from (``lscpu``, ``nvidia-smi``, ``ibv_devinfo``
             through ``srun``); None leaves the topology as commented placeholders.
@@ -121,9 +120,9 @@ def discover_site(
     Returns:
         The draft.
     """
-    snapshot = read_cluster(runner)
+    snapshot = read_cluster(client)
     if probe:
-        snapshot.probed = probe_node(runner, snapshot, probe)
+        snapshot.probed = probe_node(client, snapshot, probe)
         snapshot.probe_node = probe
     return build_draft(snapshot, name=name, now=now)
 

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 
 from hpcjobs.textlines import split_lines
 
-_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_./:]*)=")
-_RECORD_START = re.compile(r"^(NodeName|PartitionName)=", re.MULTILINE)
 _LEADING_INT = re.compile(r"^\s*(\d+)")
 _UNLIMITED = {"UNLIMITED", "INFINITE", "NONE", "N/A", "(NULL)"}
 
@@ -78,45 +76,6 @@ class ClusterFacts:
     preempt_type: str | None = None
     preempt_mode: str | None = None
     send_user_signal: bool = False
-
-
-def parse_key_values(text: str) -> dict[str, str]:
-    """Split ``Key=Value Key2=Value with spaces`` into a dict.
-
-    A value runs until the next whitespace-separated ``Key=``, so values with spaces (``OS=``,
-    ``Reason=``) and with ``=`` inside (``CfgTRES=cpu=8,mem=4000M``) survive.
-    """
-    matches = list(_KEY.finditer(text))
-    result: dict[str, str] = {}
-    for index, match in enumerate(matches):
-        end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
-        result[match.group(1)] = text[match.end() : end].strip()
-    return result
-
-
-def parse_scontrol_records(text: str) -> list[dict[str, str]]:
-    """Parse ``scontrol [-o] show node`` or ``show partition`` output into one dict per record.
-
-    Works for the one-line (``-o``) form and the multi-line form alike.
-    """
-    starts = [m.start() for m in _RECORD_START.finditer(text)]
-    records = []
-    for index, start in enumerate(starts):
-        end = starts[index + 1] if index + 1 < len(starts) else len(text)
-        chunk = " ".join(line.strip() for line in split_lines(text[start:end]))
-        records.append(parse_key_values(chunk))
-    return records
-
-
-def parse_scontrol_config(text: str) -> dict[str, str]:
-    """Parse ``scontrol show config`` (``Key   = Value`` lines) into a dict."""
-    result: dict[str, str] = {}
-    for line in split_lines(text):
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if sep and key and " " not in key:
-            result.setdefault(key, value.strip())
-    return result
 
 
 def parse_gres(text: str) -> list[Gres]:

@@ -27,6 +27,7 @@ from hpcjobs.sandbox.layout import CLUSTER_NAME, Layout, Settings, default_state
 from hpcjobs.sandbox.release import Release, get_release, host_release
 from hpcjobs.sandbox.root import MARKER as ROOT_MARKER
 from hpcjobs.sandbox.root import DebianRoot, remove_tree
+from hpcjobs.slurm.parse import parse_scontrol_records
 from hpcjobs.textlines import split_lines
 
 log = logging.getLogger(__name__)
@@ -542,8 +543,7 @@ class Sandbox:
     def _partitions(self) -> list[dict[str, str]]:
         result = self.runner.run(["scontrol", "show", "partition", "-o"], check=False, timeout=30)
         parts = []
-        for line in split_lines(result.stdout):
-            fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        for fields in parse_scontrol_records(result.stdout):
             if "PartitionName" in fields:
                 parts.append(
                     {

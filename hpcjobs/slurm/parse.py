@@ -14,6 +14,9 @@ from datetime import datetime
 
 from hpcjobs.textlines import split_lines
 
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_./:]*)=")
+_RECORD_START = re.compile(r"^(NodeName|PartitionName)=", re.MULTILINE)
+
 #: squeue ``--Format`` fields. ``Name`` comes last: it is free text and may contain ``|``.
 SQUEUE_FIELDS = (
     "JobArrayID",
@@ -258,31 +261,57 @@ def version_tuple(version: str) -> tuple[int, int]:
 
 
 def parse_config(text: str) -> dict[str, str]:
-    """``scontrol show config`` as a dict of ``Key = Value`` lines (later sections ignored)."""
-    values: dict[str, str] = {}
+    """``scontrol show config`` (``Key   = Value`` lines) as a dict; later sections ignored."""
+    result: dict[str, str] = {}
     for line in split_lines(text):
-        if " = " not in line:
-            continue
-        key, _, value = line.partition(" = ")
+        key, sep, value = line.partition("=")
         key = key.strip()
-        if key and " " not in key and key not in values:
-            values[key] = value.strip()
-    return values
+        if sep and key and " " not in key:
+            result.setdefault(key, value.strip())
+    return result
 
 
 def parse_job_record(text: str) -> dict[str, str]:
     """``scontrol show job -o`` for one job (one line of ``Key=Value`` pairs).
 
-    Values may contain spaces (``Reason=...``, ``Command=``); a new pair starts only at a
-    ``Key=`` whose key is a known-looking identifier after a space.
+    Slurm does not quote values, so a value with `` Key=`` inside (a job named
+    ``x StdOut=/tmp/y``) looks like more pairs. A key seen twice keeps its last value. Slurm
+    prints ``StdErr``, ``StdIn`` and ``StdOut`` after every field a submitter writes freely
+    (``JobName``, ``Command``, ``WorkDir``, ``Comment``), so those come out right whatever the
+    name or comment says, and ``hpcjobs logs`` cannot be pointed at another file. ``JobState``
+    and ``Reason`` come before ``Command`` and ``Comment``, which could imitate them: they are
+    shown to the user while waiting, and decide nothing.
     """
-    record: dict[str, str] = {}
     line = next((ln for ln in split_lines(text) if ln.strip()), "")
-    matches = list(re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=", line))
-    for i, match in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        record.setdefault(match.group(1), line[match.end() : end].strip())
-    return record
+    return parse_key_values(line)
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """Split ``Key=Value Key2=Value with spaces`` into a dict.
+
+    A value runs until the next whitespace-separated ``Key=``, so values with spaces (``OS=``,
+    ``Reason=``) and with ``=`` inside (``CfgTRES=cpu=8,mem=4000M``) survive.
+    """
+    matches = list(_KEY.finditer(text))
+    result: dict[str, str] = {}
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
+        result[match.group(1)] = text[match.end() : end].strip()
+    return result
+
+
+def parse_scontrol_records(text: str) -> list[dict[str, str]]:
+    """Parse ``scontrol [-o] show node`` or ``show partition`` output into one dict per record.
+
+    Works for the one-line (``-o``) form and the multi-line form alike.
+    """
+    starts = [m.start() for m in _RECORD_START.finditer(text)]
+    records = []
+    for index, start in enumerate(starts):
+        end = starts[index + 1] if index + 1 < len(starts) else len(text)
+        chunk = " ".join(line.strip() for line in split_lines(text[start:end]))
+        records.append(parse_key_values(chunk))
+    return records
 
 
 def base_state(state: str) -> tuple[str, str | None]:

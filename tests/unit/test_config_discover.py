@@ -15,17 +15,14 @@ from hpcjobs.config.nodeprobe import (
     parse_nvidia_topo,
     parse_probe_output,
 )
-from hpcjobs.config.slurminfo import (
-    Gres,
-    parse_gres,
-    parse_key_values,
-    parse_scontrol_config,
-    parse_scontrol_records,
-)
+from hpcjobs.config.slurminfo import Gres, parse_gres
 from hpcjobs.config.validate import validate_data
 from hpcjobs.config.yamlfile import parse_yaml_text
-from hpcjobs.errors import BadInputError, CommandError
+from hpcjobs.errors import BadInputError, CommandError, SlurmError
 from hpcjobs.runner import Result
+from hpcjobs.slurm.client import SlurmClient
+from hpcjobs.slurm.parse import parse_config, parse_key_values, parse_scontrol_records
+from hpcjobs.slurm.retry import NO_RETRY
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "configs"
 VERSIONS = ["22.05", "24.11"]
@@ -110,7 +107,7 @@ def test_multiline_and_oneline_node_records_agree() -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_cluster_facts(version: str) -> None:
-    snapshot = read_cluster(RecordedRunner(version))
+    snapshot = read_cluster(SlurmClient(RecordedRunner(version)))
     facts = snapshot.facts
     assert facts.send_user_signal is True
     assert facts.preempt_type == "preempt/partition_prio"
@@ -119,14 +116,14 @@ def test_cluster_facts(version: str) -> None:
 
 
 def test_scontrol_config_ignores_section_headers() -> None:
-    config = parse_scontrol_config((DATA / "slurm/24.11/scontrol-show-config.txt").read_text())
+    config = parse_config((DATA / "slurm/24.11/scontrol-show-config.txt").read_text())
     assert config["ClusterName"] == "dgx-prod"
     assert config["ConstrainCores"] == "yes"
     assert "Cgroup Support Configuration:" not in config
 
 
 def test_draft_for_the_sandbox_22_05() -> None:
-    draft = discover_site(RecordedRunner("22.05"), now="2025-01-01")
+    draft = discover_site(SlurmClient(RecordedRunner("22.05")), now="2025-01-01")
     data, errors, warnings = draft_problems(draft.text)
     assert errors == []
     assert data["name"] == "sandbox"
@@ -145,7 +142,7 @@ def test_draft_for_the_sandbox_22_05() -> None:
 
 
 def test_draft_for_24_11_with_hidden_empty_and_cpu_partitions() -> None:
-    draft = discover_site(RecordedRunner("24.11"), name="dgx prod!")
+    draft = discover_site(SlurmClient(RecordedRunner("24.11")), name="dgx prod!")
     data, errors, _ = draft_problems(draft.text)
     assert errors == []
     assert data["name"] == "dgx-prod"
@@ -161,7 +158,7 @@ def test_draft_for_24_11_with_hidden_empty_and_cpu_partitions() -> None:
 
 def test_draft_with_probed_dgx_node() -> None:
     runner = RecordedRunner("24.11", probe="dgx-h100.txt")
-    draft = discover_site(runner, probe="dgx001")
+    draft = discover_site(SlurmClient(runner), probe="dgx001")
     data, errors, warnings = draft_problems(draft.text)
     assert errors == []
     assert len(warnings) == 1 and "partition 'debug' allows (00:30:00)" in warnings[0]
@@ -183,11 +180,11 @@ def test_draft_with_probed_dgx_node() -> None:
 
 def test_probe_unknown_node_is_bad_input() -> None:
     with pytest.raises(BadInputError, match="node 'gpu9' is not in this cluster"):
-        discover_site(RecordedRunner("24.11", probe="dgx-h100.txt"), probe="gpu9")
+        discover_site(SlurmClient(RecordedRunner("24.11", probe="dgx-h100.txt")), probe="gpu9")
 
 
 def test_roce_probe_gets_a_gid_index_and_spreads_gpus() -> None:
-    snapshot = read_cluster(RecordedRunner("22.05"))
+    snapshot = read_cluster(SlurmClient(RecordedRunner("22.05")))
     snapshot.probed = parse_probe_output((DATA / "probe/roce-node.txt").read_text())
     snapshot.probe_node = "n1"
     draft = build_draft(snapshot)
@@ -210,14 +207,15 @@ def test_no_partitions_is_an_error() -> None:
         build_draft(ClusterSnapshot(ClusterFacts(), {}, []))
 
 
-def test_slurm_failure_surfaces_as_command_error() -> None:
+def test_slurm_failure_surfaces_as_a_slurm_error() -> None:
     class Failing(RecordedRunner):
         def run(self, argv: Sequence[str], **_: object) -> Result:  # type: ignore[override]
             raise CommandError(argv, 1, "slurm_load_partitions: Unable to contact slurm controller")
 
-    with pytest.raises(CommandError) as info:
-        discover_site(Failing("22.05"))
+    with pytest.raises(SlurmError) as info:
+        discover_site(SlurmClient(Failing("22.05"), policy=NO_RETRY))
     assert info.value.exit_code == 3
+    assert "Unable to contact slurm controller" in info.value.message
 
 
 def test_probe_parsers_individually() -> None:

@@ -130,12 +130,13 @@ def test_validate_without_arguments_is_a_usage_error() -> None:
 
 def test_discover_writes_a_private_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hpcjobs.config import discover
+    from hpcjobs.slurm.client import SlurmClient
     from tests.unit.test_config_discover import RecordedRunner
 
     original = discover.read_cluster
 
-    def recorded(runner: object, *, timeout: float = 60.0) -> discover.ClusterSnapshot:
-        return original(RecordedRunner("22.05"), timeout=timeout)
+    def recorded(client: object, *, timeout: float = 60.0) -> discover.ClusterSnapshot:
+        return original(SlurmClient(RecordedRunner("22.05")), timeout=timeout)
 
     monkeypatch.setattr(discover, "read_cluster", recorded)
     out = tmp_path / "draft.yaml"

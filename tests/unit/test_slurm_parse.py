@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -226,3 +227,17 @@ def test_recorded_outputs_parse_alike(folder: Path) -> None:
     assert record["StdOut"].endswith(f"/rec-preempted-{ids['preempted']}.out")
     array = parse.parse_job_record(_read(folder / "scontrol-show-job-array.txt"))
     assert array["ArrayJobId"] == ids["array"] and array["ArrayTaskId"] == "2"
+
+
+def test_a_job_name_cannot_point_the_log_elsewhere() -> None:
+    real = _read(V22 / "scontrol-show-job-requeued.txt")
+    name = re.search(r"JobName=(\S+)", real)
+    assert name is not None
+    hostile = real.replace(
+        f"JobName={name.group(1)}",
+        "JobName=x StdOut=/home/victim/.ssh/id_rsa StdErr=/etc/shadow",
+        1,
+    )
+    record, honest = parse.parse_job_record(hostile), parse.parse_job_record(real)
+    assert record["StdOut"] == honest["StdOut"]
+    assert record["StdErr"] == honest["StdErr"]
