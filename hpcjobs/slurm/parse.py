@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from hpcjobs.config.slurmtime import format_slurm_time, parse_slurm_time
 from hpcjobs.textlines import split_lines
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_./:]*)=")
@@ -322,16 +323,18 @@ def base_state(state: str) -> tuple[str, str | None]:
     return head, (by.strip() or None) if sep else None
 
 
-_DURATION = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?$")
-
-
 def parse_duration(text: str) -> int | None:
-    """Seconds from Slurm's ``[D-][HH:]MM:SS`` (``"1:02:03"``, ``"2-00:00:10"``, ``"0:07"``)."""
-    match = _DURATION.match(text.strip())
-    if not match:
+    """Seconds from a duration Slurm reports (``"1:02:03"``, ``"2-00:00:10"``, ``"0:07"``,
+    ``"00:01.500"``); None when unset or not a duration. Slurm's time syntax is parsed in one
+    place, :func:`hpcjobs.config.slurmtime.parse_slurm_time`; fractions of seconds are dropped.
+    """
+    value = text.strip().split(".", 1)[0]
+    if ":" not in value:
         return None
-    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    try:
+        return parse_slurm_time(value)
+    except ValueError:
+        return None
 
 
 def parse_timestamp(text: str) -> datetime | None:
@@ -353,13 +356,7 @@ def parse_exit_code(text: str) -> tuple[int | None, int | None]:
 
 def format_duration(seconds: int | None) -> str:
     """Slurm-style ``[D-]HH:MM:SS`` for display; ``"-"`` when unknown."""
-    if seconds is None:
-        return "-"
-    days, rest = divmod(max(0, int(seconds)), 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{clock}" if days else clock
+    return "-" if seconds is None else format_slurm_time(seconds)
 
 
 def _text(value: str) -> str:
