@@ -12,7 +12,6 @@ its record, so ``hpcjobs logs`` still finds the files after Slurm has forgotten 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -21,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from hpcjobs.atomicfile import write_atomic
 from hpcjobs.errors import BadInputError
 
 RECORD_NAME = "record.json"
@@ -61,27 +61,8 @@ def make_private_dir(path: Path) -> Path:
 
 
 def write_private(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically, as a new 0600 file (replacing an older one).
-
-    The data goes to a temporary file created with O_EXCL and mode 0600 in the same folder,
-    is flushed to disk, and is renamed over ``path``.
-    """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    fd = os.open(tmp, flags, FILE_MODE)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    return path
+    """Write ``text`` to ``path`` atomically, as a new 0600 file (replacing an older one)."""
+    return write_atomic(path, text, mode=FILE_MODE)
 
 
 class FileStore(Protocol):

@@ -8,12 +8,11 @@ DeepSpeed (``"zero_optimization": {"stage": ...}``) or FSDP arguments.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hpcjobs.atomicfile import write_atomic
 from hpcjobs.errors import BadInputError
 from hpcjobs.plan.memory import Layout, Precision
 
@@ -89,13 +88,9 @@ def write_job_file(path: Path, data: dict[str, Any], *, header: str, force: bool
         )
     comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
     text = comment + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, text, mode=0o644)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise BadInputError(f"cannot write job file {path}: {exc.strerror}") from None
     return path
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcjobs.atomicfile import write_atomic
 from hpcjobs.errors import CommandError, SandboxError
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.sandbox import confgen, packages, procs
@@ -689,19 +690,10 @@ def _wait(what: str, ready: Callable[[], bool], timeout: float, log_file: Path) 
 
 def _write_private(path: Path, data: bytes) -> None:
     """Write a file that only its owner may read, created with that mode (no chmod race)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
+    write_atomic(path, data)
 
 
 def _write_public(path: Path, text: str) -> None:
     if path.exists() and path.read_text() == text:
         return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_atomic(path, text, mode=0o644)
