@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from hpcjobs.config.cpulist import parse_cpulist
+from hpcjobs.config.fields import SafeStr, no_control, signal_name, slurm_time
 from hpcjobs.config.launchers import Launcher
 from hpcjobs.config.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError
@@ -28,8 +29,6 @@ from hpcjobs.safetext import (
     check_format_template,
     check_not_option,
     check_pattern,
-    check_safe,
-    check_signal_name,
     int_checker,
 )
 
@@ -38,10 +37,6 @@ OUTPUT_DIR_PLACEHOLDERS = frozenset({"job_name", "user", "site", "partition"})
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 _IFNAME = re.compile(r"[A-Za-z0-9_.:@-]+")
-
-
-def _no_control(value: str) -> str:
-    return check_safe(value)
 
 
 def _name(value: str) -> str:
@@ -65,11 +60,6 @@ def _scalar_to_str(value: object) -> object:
     return value
 
 
-def _slurm_time(value: str) -> str:
-    parse_slurm_time(value)
-    return value
-
-
 def _cpulist(value: str) -> str:
     parse_cpulist(value)
     return value
@@ -83,29 +73,24 @@ def _regex(value: str) -> str:
     return value
 
 
-def _signal_name(value: str) -> str:
-    return check_signal_name(value)
-
-
 def _output_dir(value: str) -> str:
     return check_format_template(value, OUTPUT_DIR_PLACEHOLDERS)
 
 
-SafeStr = Annotated[str, AfterValidator(_no_control)]
-NonEmpty = Annotated[str, Field(min_length=1), AfterValidator(_no_control)]
+NonEmpty = Annotated[str, Field(min_length=1), AfterValidator(no_control)]
 NotOption = Annotated[NonEmpty, AfterValidator(check_not_option)]
 Name = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_name)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
-EnvValue = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(_no_control)]
+EnvValue = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(no_control)]
 EnvMap = dict[EnvName, EnvValue]
 SlurmTime = Annotated[
-    str, BeforeValidator(_scalar_to_str), AfterValidator(_no_control), AfterValidator(_slurm_time)
+    str, BeforeValidator(_scalar_to_str), AfterValidator(no_control), AfterValidator(slurm_time)
 ]
 CpuList = Annotated[
-    str, BeforeValidator(_scalar_to_str), AfterValidator(_no_control), AfterValidator(_cpulist)
+    str, BeforeValidator(_scalar_to_str), AfterValidator(no_control), AfterValidator(_cpulist)
 ]
 IfName = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_ifname)]
-Regex = Annotated[str, AfterValidator(_no_control), AfterValidator(_regex)]
+Regex = Annotated[str, AfterValidator(no_control), AfterValidator(_regex)]
 GpuIndex = Annotated[int, BeforeValidator(int_checker(0))]
 PositiveInt = Annotated[int, BeforeValidator(int_checker(1))]
 NonNegativeInt = Annotated[int, BeforeValidator(int_checker(0))]
@@ -333,7 +318,7 @@ class MaxRequeues(_Model):
 class Requeue(_Model):
     """The requeue policy: which signal warns the job, how early, and how often to requeue."""
 
-    signal: Annotated[str, AfterValidator(_no_control), AfterValidator(_signal_name)] = "USR2"
+    signal: Annotated[str, AfterValidator(no_control), AfterValidator(signal_name)] = "USR2"
     lead_time: PositiveInt = 300
     max_requeues: MaxRequeues = Field(default_factory=MaxRequeues)
 

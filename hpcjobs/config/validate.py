@@ -16,6 +16,7 @@ from hpcjobs.config.models import SiteConfig
 from hpcjobs.config.problems import KeyPath, Problem, dotted, unknown_key
 from hpcjobs.config.semantics import Finding, check_site_data
 from hpcjobs.config.yamlfile import read_yaml_file
+from hpcjobs.safetext import is_safe
 
 #: Maps a key path to the (file, line) it came from.
 Locator = Callable[[KeyPath], tuple[str | None, int | None]]
@@ -23,7 +24,6 @@ Locator = Callable[[KeyPath], tuple[str | None, int | None]]
 _SCHEMA_TAG = re.compile(
     r"^(nullable|(function-[a-z]+|json-or-python|lax-or-strict|tagged-union|union|chain)\[.*)$"
 )
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TYPE_ERRORS_WITH_INPUT = (
     "_type",
     "_parsing",
@@ -96,7 +96,7 @@ def ssh_findings(data: Mapping[str, Any]) -> list[Finding]:
     names: list[str] = []
     have_hosts = False
     for index, host in enumerate(hosts if isinstance(hosts, list) else []):
-        if not isinstance(host, str) or not host or _CONTROL.search(host):
+        if not isinstance(host, str) or not host or not is_safe(host):
             continue
         have_hosts = True
         try:
@@ -110,7 +110,7 @@ def ssh_findings(data: Mapping[str, Any]) -> list[Finding]:
         names = ["login-host"]  # every login host is invalid (reported above): still check keys
     keys = data.get("host_keys")
     for index, line in enumerate(keys if isinstance(keys, list) else []):
-        if not isinstance(line, str) or _CONTROL.search(line):
+        if not isinstance(line, str) or not is_safe(line):
             continue
         try:
             parse_pinned_line(line, names, f"host_keys.{index}")

@@ -9,13 +9,11 @@ POSIX shell (sh, bash, zsh, dash); csh-family shells do not parse this quoting.
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 
 from hpcjobs.runner import checked_argv
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+from hpcjobs.safetext import ENV_NAME
 
 
 def remote_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
@@ -34,7 +32,7 @@ def remote_command(argv: Sequence[str], env: Mapping[str, str] | None = None) ->
     if env:
         assignments: list[str] = []
         for name, value in env.items():
-            if not _ENV_NAME.fullmatch(name):
+            if not ENV_NAME.fullmatch(name):
                 raise ValueError(f"invalid environment variable name {name!r}")
             if "\0" in value:
                 raise ValueError(f"environment variable {name} contains a NUL byte")

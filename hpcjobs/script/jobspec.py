@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from hpcjobs.config.fields import SafeStr, SignalName, no_control, slurm_time
 from hpcjobs.config.launchers import LAUNCHERS, Launcher
 from hpcjobs.config.models import MaxRequeues, Partition, SiteConfig
 from hpcjobs.config.slurmtime import parse_slurm_time
@@ -33,7 +34,6 @@ from hpcjobs.safetext import (
     check_fits_one_argument,
     check_not_option,
     check_pattern,
-    check_safe,
     check_signal_name,
     int_checker,
     parse_int,
@@ -96,10 +96,6 @@ PLAN_ENV = frozenset(
 )
 
 
-def _no_control(value: str) -> str:
-    return check_safe(value)
-
-
 def _word(value: str) -> str:
     return check_pattern(value, _WORD, "may only contain letters, digits, '.', '_' and '-'")
 
@@ -117,15 +113,6 @@ def _int_to_str(value: object) -> object:
 
 def _env_name(value: str) -> str:
     return check_env_name(value, managed=MANAGED_ENV, allowed=PLAN_ENV)
-
-
-def _time(value: str) -> str:
-    parse_slurm_time(value)
-    return value
-
-
-def _signal_name(value: str) -> str:
-    return check_signal_name(value)
 
 
 def _array(value: str) -> str:
@@ -179,22 +166,20 @@ def _strict_bool(value: object) -> bool:
     return value
 
 
-SafeStr = Annotated[str, AfterValidator(_no_control)]
 Text = Annotated[
     str,
     BeforeValidator(_int_to_str),
-    AfterValidator(_no_control),
+    AfterValidator(no_control),
     AfterValidator(check_fits_one_argument),
 ]
 Word = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_word)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 SlurmTime = Annotated[
-    str, BeforeValidator(_int_to_str), AfterValidator(_no_control), AfterValidator(_time)
+    str, BeforeValidator(_int_to_str), AfterValidator(no_control), AfterValidator(slurm_time)
 ]
-SignalName = Annotated[str, AfterValidator(_signal_name)]
-Mount = Annotated[str, AfterValidator(_no_control), AfterValidator(_mount)]
+Mount = Annotated[str, AfterValidator(no_control), AfterValidator(_mount)]
 Program = Annotated[
-    str, Field(min_length=1), AfterValidator(_no_control), AfterValidator(check_not_option)
+    str, Field(min_length=1), AfterValidator(no_control), AfterValidator(check_not_option)
 ]
 Flag = Annotated[bool, BeforeValidator(_strict_bool)]
 
