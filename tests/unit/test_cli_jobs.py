@@ -12,7 +12,7 @@ from hpcjobs.cli import cli
 from hpcjobs.jobs.records import remember, write_record
 from hpcjobs.runner import Result
 from hpcjobs.slurm import backend
-from tests.unit.test_slurm_client import FakeRunner, client_for, fail, ok
+from tests.fakes import FakeRunner, client_for, fail, ok
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 UNKNOWN = (DATA / "22.05/squeue-unknown-id.stderr").read_text()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -23,40 +23,10 @@ from hpcjobs.runner import Result
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.slurm.parse import parse_config, parse_key_values, parse_scontrol_records
 from hpcjobs.slurm.retry import NO_RETRY
+from tests.fakes import RecordedRunner
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "configs"
 VERSIONS = ["22.05", "24.11"]
-
-
-class RecordedRunner:
-    """Answers Slurm commands from recorded output of one Slurm version."""
-
-    def __init__(self, version: str, probe: str | None = None) -> None:
-        self.folder = DATA / "slurm" / version
-        self.probe = probe
-        self.calls: list[tuple[str, ...]] = []
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: str | None = None,
-        timeout: float | None = None,
-        check: bool = True,
-        env: Mapping[str, str] | None = None,
-    ) -> Result:
-        self.calls.append(tuple(argv))
-        name = {
-            ("sinfo",): "sinfo.txt",
-            ("scontrol", "node"): "scontrol-show-node.txt",
-            ("scontrol", "partition"): "scontrol-show-partition.txt",
-            ("scontrol", "config"): "scontrol-show-config.txt",
-        }
-        key = (argv[0],) if argv[0] in ("sinfo", "srun") else (argv[0], argv[-1])
-        if argv[0] == "srun":
-            assert self.probe is not None
-            return Result(tuple(argv), 0, (DATA / "probe" / self.probe).read_text(), "")
-        return Result(tuple(argv), 0, (self.folder / name[key]).read_text(), "")
 
 
 def draft_problems(text: str) -> tuple[dict[str, object], list[str], list[str]]:

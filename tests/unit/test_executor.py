@@ -24,7 +24,7 @@ from hpcjobs.submitit.executor import HpcExecutor, make_executor
 from hpcjobs.submitit.jobs import HpcJob, newest_result
 from hpcjobs.submitit.params import PARAMETERS, UnknownParameterError
 from hpcjobs.submitit.pickles import write_pickle
-from tests.unit.test_slurm_client import FakeRunner, client_for, ok
+from tests.fakes import FakeRunner, client_for, ok
 
 PYTHON = "/opt/venv/bin/python"
 

@@ -10,9 +10,9 @@ import pytest
 from hpcjobs.errors import CommandTimeoutError
 from hpcjobs.submitit import jobs as submitit_jobs
 from hpcjobs.submitit.jobs import HpcJob, queue_state
+from tests.fakes import FakeRunner, client_for, ok
 from tests.unit.test_executor import FakeWatcher
 from tests.unit.test_follow import _line
-from tests.unit.test_slurm_client import FakeRunner, client_for, ok
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from hpcjobs.jobs.follow import (
 )
 from hpcjobs.slurm.classify import UnknownJobError
 from hpcjobs.slurm.jobs import JobStatus
-from tests.unit.test_slurm_client import FakeRunner, Sleeps, client_for, ok
+from tests.fakes import FakeRunner, Sleeps, client_for, ok
 
 
 def _line(job_id: str, state: str, reason: str = "None", restarts: int = 0, nodes: str = "") -> str:

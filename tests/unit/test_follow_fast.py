@@ -9,8 +9,8 @@ from pathlib import Path
 from hpcjobs.jobs.chain import Event, format_event
 from hpcjobs.jobs.follow import EventLogWatch, PollSchedule, follow_chain, follow_jobs
 from hpcjobs.runner import LocalRunner, Result
+from tests.fakes import FakeRunner, Sleeps, client_for, ok
 from tests.unit.test_follow import _line
-from tests.unit.test_slurm_client import FakeRunner, Sleeps, client_for, ok
 
 
 def _event(kind: str, cause: str = "-", detail: str = "", job_id: str = "7") -> str:

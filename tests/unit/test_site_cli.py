@@ -131,7 +131,7 @@ def test_validate_without_arguments_is_a_usage_error() -> None:
 def test_discover_writes_a_private_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hpcjobs.config import discover
     from hpcjobs.slurm.client import SlurmClient
-    from tests.unit.test_config_discover import RecordedRunner
+    from tests.fakes import RecordedRunner
 
     original = discover.read_cluster
 

@@ -9,7 +9,7 @@ import pytest
 
 from hpcjobs.errors import BadInputError
 from hpcjobs.slurm.backend import PyslurmQueue, make_client, select_backend
-from tests.unit.test_slurm_client import FakeRunner, ok
+from tests.fakes import FakeRunner, ok
 
 
 def _pyslurm(version: str, jobs: list[Any] | None = None, fail: bool = False) -> ModuleType:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -14,77 +12,16 @@ from hpcjobs.slurm import parse
 from hpcjobs.slurm.classify import AccountingDisabledError, ErrorKind, SlurmCommandError
 from hpcjobs.slurm.client import SlurmClient, comment_has_token
 from hpcjobs.slurm.retry import RetryPolicy
+from tests.fakes import FakeRunner, Sleeps, client_for, fail, ok
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 DOWN = (DATA / "22.05/sbatch-controller-down.stderr").read_text()
 TIMEOUT = (DATA / "24.11/sbatch-socket-timeout.stderr").read_text()
 BAD_PARTITION = (DATA / "22.05/sbatch-invalid-partition.stderr").read_text()
 
-Reply = Result | BaseException | Callable[[Sequence[str]], Result]
-
-
-@dataclass
-class FakeRunner:
-    """Answers each command from a queue of replies per program; records every call."""
-
-    replies: dict[str, list[Reply]] = field(default_factory=dict)
-    calls: list[list[str]] = field(default_factory=list)
-    envs: list[Mapping[str, str] | None] = field(default_factory=list)
-
-    def add(self, program: str, *replies: Reply) -> FakeRunner:
-        self.replies.setdefault(program, []).extend(replies)
-        return self
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: str | None = None,
-        timeout: float | None = None,
-        check: bool = True,
-        env: Mapping[str, str] | None = None,
-    ) -> Result:
-        self.calls.append(list(argv))
-        self.envs.append(env)
-        queue = self.replies.get(argv[0], [])
-        if not queue:
-            raise AssertionError(f"unexpected command: {argv}")
-        reply = queue.pop(0) if len(queue) > 1 else queue[0]
-        if isinstance(reply, BaseException):
-            raise reply
-        if callable(reply):
-            return reply(argv)
-        return Result(tuple(argv), reply.returncode, reply.stdout, reply.stderr)
-
-    def count(self, program: str) -> int:
-        return sum(1 for c in self.calls if c[0] == program)
-
-
-def ok(stdout: str = "") -> Result:
-    return Result(("x",), 0, stdout, "")
-
-
-def fail(stderr: str, code: int = 1) -> Result:
-    return Result(("x",), code, "", stderr)
-
 
 def token_line(job_id: str, comment: str) -> str:
     return f"{job_id}|{job_id}|{comment}|\n"
-
-
-@dataclass
-class Sleeps:
-    waits: list[float] = field(default_factory=list)
-
-    def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
-
-
-def client_for(
-    runner: FakeRunner, sleeps: Sleeps | None = None, total: float = 180.0
-) -> SlurmClient:
-    policy = RetryPolicy(total_s=total, sleep=sleeps or Sleeps())
-    return SlurmClient(runner, policy=policy)
 
 
 def test_submit_plain(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from hpcjobs.slurm import parse
 from hpcjobs.slurm.classify import UnknownJobError
 from hpcjobs.slurm.history import build_history, classify_run, job_history
 from hpcjobs.slurm.jobs import query_status, row_matches
-from tests.unit.test_slurm_client import FakeRunner, client_for, fail, ok
+from tests.fakes import FakeRunner, client_for, fail, ok
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 SACCT22 = (DATA / "22.05/sacct-duplicates.txt").read_text()

@@ -20,8 +20,8 @@ from hpcjobs.jobs.chain import Chain, Event, ended_by_accounting, format_event, 
 from hpcjobs.jobs.records import remember
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.slurm import backend
+from tests.fakes import FakeRunner, client_for, ok
 from tests.unit.test_follow import _line
-from tests.unit.test_slurm_client import FakeRunner, client_for, ok
 
 UNKNOWN = (
     Path(__file__).resolve().parents[1] / "data" / "slurm" / "22.05/squeue-unknown-id.stderr"

@@ -20,7 +20,7 @@ from hpcjobs.jobs.records import find_record
 from hpcjobs.jobs.submission import parse_after, submit_rendered, take_option, with_offset
 from hpcjobs.runner import Result
 from hpcjobs.slurm.classify import SlurmCommandError
-from tests.unit.test_slurm_client import FakeRunner, client_for, fail, ok
+from tests.fakes import FakeRunner, client_for, fail, ok
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 SCRIPT = (
