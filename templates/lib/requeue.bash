@@ -101,6 +101,10 @@ hpcjobs_set_aside_stale() {
         mv -f "$file" "$file.stale-$stamp"
         hpcjobs_log "set aside an event log left by an earlier job $HPCJOBS_CHAIN_ROOT"
     fi
+    if [[ -e $HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT ]]; then
+        mv -f "$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT" \
+            "$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT.stale-$stamp"
+    fi
     if [[ -e $HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT ]]; then
         mv -f "$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT" \
             "$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT.stale-$stamp"
@@ -170,6 +174,9 @@ hpcjobs_begin() {
     if [[ $HPCJOBS_CHAIN_ROOT == "$self" ]] && ((${SLURM_RESTART_COUNT:-0} == 0)); then
         hpcjobs_set_aside_stale
     fi
+    # Per-rank progress reports (hpcjobs.progress), next to the event log: one folder per chain.
+    export HPCJOBS_PROGRESS_DIR=$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT
+    (umask 077 && mkdir -p -- "$HPCJOBS_PROGRESS_DIR") 2>/dev/null || true
     hpcjobs_check_checkpoint_dir
     if ((${SLURM_RESTART_COUNT:-0} > 0)) && ! hpcjobs_is_done; then
         hpcjobs_after_slurm_requeue
@@ -219,7 +226,8 @@ hpcjobs_requeue_cause() {
 hpcjobs_after_slurm_requeue() {
     local file last event cause detail self next run when used allowed total
     file=$(hpcjobs_chain_file)
-    [[ -f $file ]] && last=$(tail -n 1 "$file")
+    # The last event that says how a run ended (a signal event may come after it).
+    [[ -f $file ]] && last=$(awk -F'\t' '$4 != "signal"' "$file" | tail -n 1)
     IFS=$'\t' read -r _ _ _ event cause detail <<<"${last:-}"
     self=$(hpcjobs_self_id)
     if [[ $event == requeue && $detail == "continued as job "* ]]; then

@@ -121,6 +121,8 @@ hpcjobs_child=""
 hpcjobs_trapped=0
 hpcjobs_status=0
 hpcjobs_signal_seen=""
+hpcjobs_signal_logged=""
+hpcjobs_waiting=0
 hpcjobs_forward() {
   hpcjobs_trapped=1
   # "warning" (preemption or the time limit is near) wins over a plain SIGTERM.
@@ -128,6 +130,11 @@ hpcjobs_forward() {
     hpcjobs_signal_seen=${hpcjobs_signal_seen:-term}
   else
     hpcjobs_signal_seen=warning
+  fi
+  if [ -n "$hpcjobs_child" ] && [ "$hpcjobs_waiting" = 1 ] && [ -z "$hpcjobs_signal_logged" ]; then
+    # When the first signal came (hpcjobs report: time from the warning to the run's end).
+    hpcjobs_signal_logged=1
+    hpcjobs_event signal "$hpcjobs_signal_seen" "SIG$1" 2>/dev/null || true
   fi
   if [ -n "$hpcjobs_child" ]; then
     echo "hpcjobs: SIG$1 received, forwarding it to the launcher (pid $hpcjobs_child)" >&2
@@ -146,6 +153,7 @@ export -f hpcjobs_start
 hpcjobs_wait() {
   # wait returns 128+N when a trapped signal interrupts it: keep waiting until the child is gone.
   local rc prev=""
+  hpcjobs_waiting=1
   while :; do
     hpcjobs_trapped=0
     wait "$hpcjobs_child"
@@ -154,6 +162,7 @@ hpcjobs_wait() {
     if [ "$hpcjobs_trapped" -eq 0 ] || [ "$rc" -le 128 ]; then break; fi
     prev=$rc
   done
+  hpcjobs_waiting=0
   hpcjobs_status=$rc
 }
 
@@ -269,6 +278,10 @@ hpcjobs_set_aside_stale() {
         mv -f "$file" "$file.stale-$stamp"
         hpcjobs_log "set aside an event log left by an earlier job $HPCJOBS_CHAIN_ROOT"
     fi
+    if [[ -e $HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT ]]; then
+        mv -f "$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT" \
+            "$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT.stale-$stamp"
+    fi
     if [[ -e $HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT ]]; then
         mv -f "$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT" \
             "$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT.stale-$stamp"
@@ -338,6 +351,9 @@ hpcjobs_begin() {
     if [[ $HPCJOBS_CHAIN_ROOT == "$self" ]] && ((${SLURM_RESTART_COUNT:-0} == 0)); then
         hpcjobs_set_aside_stale
     fi
+    # Per-rank progress reports (hpcjobs.progress), next to the event log: one folder per chain.
+    export HPCJOBS_PROGRESS_DIR=$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT
+    (umask 077 && mkdir -p -- "$HPCJOBS_PROGRESS_DIR") 2>/dev/null || true
     hpcjobs_check_checkpoint_dir
     if ((${SLURM_RESTART_COUNT:-0} > 0)) && ! hpcjobs_is_done; then
         hpcjobs_after_slurm_requeue
@@ -387,7 +403,8 @@ hpcjobs_requeue_cause() {
 hpcjobs_after_slurm_requeue() {
     local file last event cause detail self next run when used allowed total
     file=$(hpcjobs_chain_file)
-    [[ -f $file ]] && last=$(tail -n 1 "$file")
+    # The last event that says how a run ended (a signal event may come after it).
+    [[ -f $file ]] && last=$(awk -F'\t' '$4 != "signal"' "$file" | tail -n 1)
     IFS=$'\t' read -r _ _ _ event cause detail <<<"${last:-}"
     self=$(hpcjobs_self_id)
     if [[ $event == requeue && $detail == "continued as job "* ]]; then
