@@ -38,6 +38,12 @@ if TYPE_CHECKING:
     metavar="A B",
     help="Before/after: two chains side by side, with what differed in their scripts.",
 )
+@click.option(
+    "--line",
+    "one_line",
+    is_flag=True,
+    help="One line per chain: goodput, allocated GPU-hours, the biggest badput part.",
+)
 @host_option
 @click.pass_context
 def report(
@@ -50,6 +56,7 @@ def report(
     as_json: bool,
     html_file: Path | None,
     compare: tuple[str, str] | None,
+    one_line: bool,
     host: str | None,
 ) -> None:
     """Where the GPU-hours of each chain went: goodput and badput, across all its runs.
@@ -97,6 +104,10 @@ def report(
         return
     if not reports:
         click.echo("No jobs in that window.")
+    if one_line:
+        for item in reports:
+            click.echo(f"{item.root}: {item.summary_line()}")
+        return
     for number, item in enumerate(reports):
         if number:
             click.echo()

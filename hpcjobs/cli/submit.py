@@ -458,7 +458,21 @@ def _submit(
     except KeyboardInterrupt:
         click.echo("Stopped following; the job keeps running.", err=True)
         ctx.exit(130)
+    if len(result.job_ids) == 1:
+        click.echo(
+            f"{_now()} {_report_line(client, runner, result.job_ids[0], rendered)}", err=True
+        )
     ctx.exit(outcome.exit_code)
+
+
+def _report_line(client: Any, runner: Runner, root: str, rendered: Any) -> str:
+    """The chain's one-line report (goodput, GPU-hours, biggest badput); never fails submit."""
+    from hpcjobs.cli.report import summary_line
+
+    try:
+        return summary_line(runner, client, root, str(rendered.output_dir))
+    except HpcJobsError as exc:
+        return f"Report: not available ({exc.message})"
 
 
 def _check_run_folder(
