@@ -72,6 +72,8 @@ class RunParts:
     redone_steps: int = 0
     first_step: int | None = None
     last_step: int | None = None
+    #: When the last step that an earlier run had already reached was reported again.
+    redone_until: float | None = None
 
     def add(self, part: str, value: float) -> None:
         self.seconds[part] += max(0.0, value)
@@ -141,6 +143,8 @@ def split_run(
         parts.add("stall", stall)
         work = rest - stall
         redone = reached_before is not None and after.step <= reached_before
+        if redone:
+            parts.redone_until = t1
         parts.add("redone" if redone else "goodput", work)
     tail = run.end - last
     saved = min(tail, _saves_between(mine, last, run.end + 1.0))

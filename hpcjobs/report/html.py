@@ -11,7 +11,7 @@ from html import escape
 from typing import Any
 
 from hpcjobs.report.build import ChainReport
-from hpcjobs.report.goodput import LABELS, PARTS
+from hpcjobs.report.goodput import LABELS, PARTS, assign_reports
 
 #: One colour per part of the breakdown (goodput green, badput warm to grey).
 COLOURS = {
@@ -24,7 +24,7 @@ COLOURS = {
     "tail": "#8c8c8c",
 }
 WAIT_COLOUR = "#d0d7de"
-WIDTH = 960
+WIDTH = 900
 LEFT = 90
 
 _CSS = """
@@ -164,7 +164,7 @@ def _timeline(report: ChainReport) -> str:
     out.append(_steps(report, xpos))
     out.append(
         f'<text x="{LEFT}" y="186">{escape(_clock(first))}</text>'
-        f'<text x="{WIDTH - 70}" y="186">{escape(_clock(last))}</text></svg>'
+        f'<text x="{WIDTH - 120}" y="186">{escape(_clock(last))}</text></svg>'
     )
     return "<h3>Timeline</h3>" + "".join(out)
 
@@ -176,17 +176,17 @@ def _run_segments(run: Any, xpos: Any) -> list[str]:
     if p.first_progress is None or p.last_progress is None:
         return [_rect("seg-startup", xpos(run.start), 17, xpos(run.end) - xpos(run.start),
                       COLOURS["startup"], "no progress in this run")]  # fmt: skip
-    productive = max(p.last_progress - p.first_progress, 1e-9)
-    good = p.seconds["goodput"] / productive
-    colour = COLOURS["goodput"] if good >= 0.5 else COLOURS["redone"]
     tail = "warning" if p.seconds["warning"] >= p.seconds["tail"] else "tail"
+    redone_end = p.redone_until if p.redone_until is not None else p.first_progress
     return [
         _rect("seg-startup", xpos(run.start), 17, xpos(p.first_progress) - xpos(run.start),
               COLOURS["startup"], f"start-up {p.seconds['startup']:.1f} s"),
-        _rect("seg-progress", xpos(p.first_progress), 17,
-              xpos(p.last_progress) - xpos(p.first_progress), colour,
-              f"steps {p.first_step}-{p.last_step}: goodput {p.seconds['goodput']:.1f} s, "
-              f"redone {p.seconds['redone']:.1f} s"),
+        _rect("seg-redone", xpos(p.first_progress), 17,
+              xpos(redone_end) - xpos(p.first_progress), COLOURS["redone"],
+              f"{p.redone_steps} steps redone, {p.seconds['redone']:.1f} s"),
+        _rect("seg-progress", xpos(redone_end), 17,
+              xpos(p.last_progress) - xpos(redone_end), COLOURS["goodput"],
+              f"steps {p.first_step}-{p.last_step}: goodput {p.seconds['goodput']:.1f} s"),
         _rect("seg-tail", xpos(p.last_progress), 17, xpos(run.end) - xpos(p.last_progress),
               COLOURS[tail], f"after the last progress {run.end - p.last_progress:.1f} s"),
     ]  # fmt: skip
@@ -200,12 +200,19 @@ def _steps(report: ChainReport, xpos: Any) -> str:
     if not reports:
         return ""
     top = max(r.step or 0 for r in reports) or 1
-    points = " ".join(
-        f"{xpos(r.time):.1f},{170 - (r.step or 0) / top * 95:.1f}" for r in reports[-4000:]
-    )
+    lines = []
+    bounds = [(run.start, run.end) for run in report.runs]
+    for run_reports in assign_reports(reports, bounds):
+        points = " ".join(
+            f"{xpos(r.time):.1f},{170 - (r.step or 0) / top * 95:.1f}" for r in run_reports[-2000:]
+        )
+        if points:
+            lines.append(
+                f'<polyline class="steps" points="{points}" fill="none" stroke="#2e9d4f" '
+                'stroke-width="1.5"/>'
+            )
     return (
-        f'<polyline class="steps" points="{points}" fill="none" stroke="#2e9d4f" '
-        f'stroke-width="1.5"/><text x="{LEFT - 30}" y="80">{top}</text>'
+        "".join(lines) + f'<text x="{LEFT - 30}" y="80">{top}</text>'
         f'<text x="{LEFT - 30}" y="170">0</text>'
     )
 

@@ -2,7 +2,8 @@
 ``--checkpoint-every`` steps, but on the warning signal it exits *without* checkpointing, so
 the next run redoes the steps since the last checkpoint (what ``hpcjobs report`` calls steps
 redone). Rank 0 notes its progress through ``CheckpointDir.note_progress``, the other ranks
-through ``hpcjobs.progress.ProgressWriter``. ``--sleep-first S`` sleeps S seconds before the first step of every run (start-up).
+through ``hpcjobs.progress.ProgressWriter``. ``--sleep-first S`` sleeps S seconds before the
+first step of every run (start-up).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import tempfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,14 +88,14 @@ class Site:
         return out.stdout.strip() == ""
 
     def ended(self, chain_file: Path, timeout: float = 180) -> Chain:
-        chain = wait_for(
-            f"{chain_file.name} to end",
-            lambda: (c := read_chain(chain_file)).final is not None and c,
-            timeout,
-        )
+        def probe() -> Chain | None:
+            found = read_chain(chain_file)
+            return found if found.final is not None else None
+
+        chain = wait_for(f"{chain_file.name} to end", probe, timeout)
         for job_id in chain.job_ids:
             self.jobs.append(job_id)
-            wait_for(f"job {job_id} to leave the queue", lambda j=job_id: self.gone(j), 60)
+            wait_for(f"job {job_id} to leave the queue", partial(self.gone, job_id), 60)
         return chain
 
     def elapsed_gpu_seconds(self, job_ids: list[str]) -> list[tuple[str, int, int]]:
@@ -140,7 +141,7 @@ def preempted(site: Site) -> tuple[str, Path, Chain]:
 
 
 def test_report_of_a_chain_preempted_once(site: Site, preempted: tuple[str, Path, Chain]) -> None:
-    root, out, chain = preempted
+    root, _, chain = preempted
     stops = chain.interruptions()
     assert [s.cause for s in stops] == ["preemption"], chain.events
     assert chain.final is not None and chain.final.cause == "finish"
@@ -204,7 +205,7 @@ def test_html_page_renders_in_chromium(site: Site, preempted: tuple[str, Path, C
         if IN_CI:
             pytest.fail("CI=true but chromium is missing (scripts/bootstrap.sh installs it)")
         pytest.skip("chromium is not installed")
-    root, out, chain = preempted
+    root, _, chain = preempted
     page = site.folder / f"report-{root}.html"
     proc = site.hpcjobs("report", root, "--html", str(page))
     assert proc.returncode == 0, proc.stderr
