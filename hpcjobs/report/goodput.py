@@ -88,12 +88,13 @@ def median_step_time(reports: Sequence[Report]) -> float | None:
 def step_times(reports: Sequence[Report]) -> list[float]:
     """Seconds per step between consecutive step reports that advanced (saves excluded)."""
     steps = [r for r in reports if r.step is not None]
+    saves = [r for r in reports if r.save_s is not None]
     out = []
     for before, after in pairwise(steps):
         assert before.step is not None and after.step is not None
         advanced = after.step - before.step
         if advanced > 0:
-            saved = _saves_between(reports, before.time, after.time)
+            saved = _saves_between(saves, before.time, after.time) if saves else 0.0
             out.append(max(0.0, after.time - before.time - saved) / advanced)
     return out
 
@@ -112,6 +113,7 @@ def split_run(
         return None
     mine = list(reports)
     steps = [r for r in mine if r.step is not None]
+    saves = [r for r in mine if r.save_s is not None]
     parts = RunParts()
     if not steps:
         parts.add("startup", run.elapsed)
@@ -134,7 +136,7 @@ def split_run(
         assert after.step is not None
         t0, t1 = min(max(before.time, first), last), min(max(after.time, first), last)
         gap = t1 - t0
-        saved = min(gap, _saves_between(mine, t0, t1))
+        saved = min(gap, _saves_between(saves, t0, t1))
         parts.add("checkpoint", saved)
         rest = gap - saved
         stall = 0.0
@@ -147,7 +149,7 @@ def split_run(
             parts.redone_until = t1
         parts.add("redone" if redone else "goodput", work)
     tail = run.end - last
-    saved = min(tail, _saves_between(mine, last, run.end + 1.0))
+    saved = min(tail, _saves_between(saves, last, run.end + 1.0))
     parts.add("checkpoint", saved)
     rest = tail - saved
     warned = 0.0

@@ -63,9 +63,12 @@ def _remote(runner: Runner, folder: str) -> dict[int, str]:
     except HpcJobsError:
         return {}
     lines: dict[int, list[str]] = {}
+    ranks: dict[str, int | None] = {}
     for line in result.stdout.splitlines():
         path, sep, text = line.partition(":")
-        rank = rank_of_log(path.rsplit("/", 1)[-1]) if sep else None
+        if path not in ranks:
+            ranks[path] = rank_of_log(path.rsplit("/", 1)[-1]) if sep else None
+        rank = ranks[path]
         if rank is not None:
             lines.setdefault(rank, []).append(text)
     return {rank: "\n".join(items) + "\n" for rank, items in lines.items()}
