@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hpcjobs.records import remember, write_record  # noqa: E402
-from hpcjobs.report.accounting import FIELDS  # noqa: E402
-from hpcjobs.runner import LocalRunner, Result  # noqa: E402
-from hpcjobs.slurm.client import SlurmClient  # noqa: E402
+from hpcjobs.records import remember, write_record
+from hpcjobs.report.accounting import FIELDS
+from hpcjobs.runner import LocalRunner, Result
+from hpcjobs.slurm.client import SlurmClient
 
 SLURM = {"sacct", "squeue", "scontrol", "sbatch", "scancel", "sinfo"}
 
@@ -81,7 +81,8 @@ def build(root_dir: Path, chains: int, steps: int) -> tuple[list[str], dict[str,
         ids = [root, str(1001 + 3 * n), str(1002 + 3 * n)]
         out = root_dir / f"run-{root}"
         (out / f"progress-{root}").mkdir(parents=True)
-        events, logs = [], {0: [], 1: []}
+        events: list[str] = []
+        logs: dict[int, list[str]] = {0: [], 1: []}
         t, step = base + n * 10_000, 0
         for i, job in enumerate(ids):
             start, checkpoint = t + 30, step - 1
@@ -95,8 +96,8 @@ def build(root_dir: Path, chains: int, steps: int) -> tuple[list[str], dict[str,
             end = first + steps * 0.5 + 5
             if i < 2:
                 events.append(f"{end - 4}\t{job}\t0\tsignal\twarning\tSIGUSR2\n")
-                events.append(f"{end - 1}\t{job}\t0\trequeue\tpreemption\tcontinued as job "
-                              f"{ids[i + 1]} checkpoint={step - 8} progress={step - 1}\n")  # fmt: skip
+                how = f"continued as job {ids[i + 1]} checkpoint={step - 8} progress={step - 1}"
+                events.append(f"{end - 1}\t{job}\t0\trequeue\tpreemption\t{how}\n")
             else:
                 events.append(f"{end - 1}\t{job}\t0\tend\tfinish\tcompleted\n")
             rows[job] = (
@@ -129,7 +130,7 @@ def main() -> None:
 
         runner = CountingRunner(rows)
         begin_cpu, begin_wall = time.process_time(), time.perf_counter()
-        reports = gather(runner, SlurmClient(runner), roots, None)  # type: ignore[arg-type]
+        reports = gather(runner, SlurmClient(runner), roots, None)
         cpu, wall = time.process_time() - begin_cpu, time.perf_counter() - begin_wall
         slurm = {k: v for k, v in runner.calls.items() if k in SLURM}
         other = {k: v for k, v in runner.calls.items() if k not in SLURM}
