@@ -42,7 +42,7 @@ class CountingRunner(LocalRunner):
         self.rows = rows
         self.calls: Counter[str] = Counter()
 
-    def run(  # type: ignore[override]
+    def run(
         self,
         argv: Sequence[str],
         *,
