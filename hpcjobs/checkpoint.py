@@ -49,6 +49,8 @@ PROGRESS = "PROGRESS"
 ENV_DIR = "HPCJOBS_CHECKPOINT_DIR"
 #: The folder of per-rank progress reports (contract: :mod:`hpcjobs.progress`).
 ENV_PROGRESS_DIR = "HPCJOBS_PROGRESS_DIR"
+#: Seconds between GPU telemetry samples in the job; 0 turns the sampler off (hpcjobs.report.gpu).
+ENV_GPU_INTERVAL = "HPCJOBS_GPU_MONITOR_INTERVAL"
 #: The file in a checkpoint folder that names the run owning it (see :mod:`hpcjobs.runfolder`).
 RUN_FILE = "RUN"
 #: What the batch script exports: this job's run fingerprint, and the RUN file it must match.

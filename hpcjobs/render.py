@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcjobs.binding import BindingPlan, plan_binding
+from hpcjobs.checkpoint import ENV_GPU_INTERVAL
 from hpcjobs.config.models import Partition, SiteConfig, Topology
 from hpcjobs.distributed import PORT_BASE, PORT_SPAN
 from hpcjobs.errors import BadInputError
@@ -224,6 +225,7 @@ def _context(
         EnvVar("HPCJOBS_RUN_DIR", job.output_dir or "", "hpcjobs"),
         EnvVar("HPCJOBS_CHECKPOINT_DIR", job.checkpoint_dir or "", "hpcjobs"),
         EnvVar("HPCJOBS_SIGNAL", job.requeue.signal or "", "hpcjobs"),
+        EnvVar(ENV_GPU_INTERVAL, str(_gpu_interval(job, site)), "hpcjobs"),
         EnvVar(ENV_FINGERPRINT, run_print, "hpcjobs"),
         EnvVar(ENV_RUN_FILE, f"{job.checkpoint_dir}/{RUN_FILE}", "hpcjobs"),
     ]
@@ -270,6 +272,14 @@ def _context(
         "master_port_expr": Raw(master_port_expr()),
         "has_topology": topology is not None,
     }
+
+
+def _gpu_interval(job: JobSpec, site: SiteConfig) -> int:
+    """Seconds between GPU samples in the job: the site's interval, 0 (off) without GPUs or
+    with ``--no-gpu-monitor``."""
+    if not job.gpu_monitor or not job.gpus_per_node:
+        return 0
+    return site.monitoring.gpu_interval
 
 
 #: The array task a script runs, numbered globally even when the array was split.

@@ -218,6 +218,29 @@ def test_nvidia_smi_samples_and_idle_gpus() -> None:
     assert summarize({}) is None
 
 
+def test_the_sampler_asks_for_the_fields_the_parser_reads() -> None:
+    from hpcjobs.report.gpu import QUERY
+
+    library = (Path(__file__).resolve().parents[2] / "templates/lib/requeue.bash").read_text()
+    assert f"--query-gpu={QUERY} " in library
+
+
+def test_gpu_sampler_interval_from_the_site_and_off_without_gpus() -> None:
+    from hpcjobs.config.loader import load_site
+    from hpcjobs.jobspec import parse_spec
+    from hpcjobs.render import render_job
+
+    site = load_site("sandbox")
+
+    def script(**fields: object) -> str:
+        spec = parse_spec({"nodes": 1, "command": ["python", "t.py"], **fields})
+        return str(render_job(spec, site).script)
+
+    assert "export HPCJOBS_GPU_MONITOR_INTERVAL=30\n" in script(gpus_per_node=1)
+    assert "export HPCJOBS_GPU_MONITOR_INTERVAL=0\n" in script(gpus_per_node=1, gpu_monitor=False)
+    assert "export HPCJOBS_GPU_MONITOR_INTERVAL=0\n" in script(gpus_per_node=0)
+
+
 # ---- page, comparison, command ----------------------------------------------------------------
 
 

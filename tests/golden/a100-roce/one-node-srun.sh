@@ -23,6 +23,7 @@ export OMP_NUM_THREADS=4  # job
 export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/pretrain-small
 export HPCJOBS_CHECKPOINT_DIR=/scratch/ckpt/pretrain-small
 export HPCJOBS_SIGNAL=USR2
+export HPCJOBS_GPU_MONITOR_INTERVAL=30
 export HPCJOBS_RUN_FINGERPRINT=a8c3db1abce2336a84ce
 export HPCJOBS_RUN_FILE=/scratch/ckpt/pretrain-small/RUN
 export PYTHONUNBUFFERED=1  # hpcjobs: logs reach the output file as they are written
@@ -332,6 +333,26 @@ hpcjobs_check_checkpoint_dir() {
     fi
 }
 
+# hpcjobs_gpu_monitor: sample this node's GPUs for 'hpcjobs report' every
+# HPCJOBS_GPU_MONITOR_INTERVAL seconds (0: off), into gpu-<root>/<host>.csv next to the event
+# log, while the job runs. The fields are hpcjobs.report.gpu.QUERY. Only where nvidia-smi exists.
+hpcjobs_gpu_monitor() {
+    local every=${HPCJOBS_GPU_MONITOR_INTERVAL:-0} folder
+    [[ $every =~ ^[0-9]+$ ]] && ((every > 0)) || return 0
+    command -v nvidia-smi >/dev/null 2>&1 || return 0
+    folder=$HPCJOBS_RUN_DIR/gpu-$HPCJOBS_CHAIN_ROOT
+    (umask 077 && mkdir -p -- "$folder") 2>/dev/null || return 0
+    (umask 077 && exec nvidia-smi --query-gpu=timestamp,index,uuid,utilization.gpu,memory.used,memory.total \
+        --format=csv,noheader,nounits -l "$every" >>"$folder/$(hostname -s).csv" 2>/dev/null) &
+    hpcjobs_gpu_pid=$!
+}
+
+# hpcjobs_gpu_monitor_stop: end the sampler (hpcjobs_finish calls it first).
+hpcjobs_gpu_monitor_stop() {
+    [[ -n ${hpcjobs_gpu_pid:-} ]] && kill "$hpcjobs_gpu_pid" 2>/dev/null
+    return 0
+}
+
 # hpcjobs_begin: call once at the top of the job, before the workload starts.
 # Exits the job when it is already finished or out of budget.
 # hpcjobs_private_logs: Slurm creates the job's output files with the job's umask; make them
@@ -379,6 +400,7 @@ hpcjobs_begin() {
     fi
     local step
     step=$(hpcjobs_latest_step)
+    hpcjobs_gpu_monitor # from here on every run ends in hpcjobs_finish, which stops it
     hpcjobs_event start - "checkpoint=$step"
     # The marker 'hpcjobs logs --restart N' splits the log on.
     echo "hpcjobs: run $HPCJOBS_RESTART_COUNT of job $HPCJOBS_CHAIN_ROOT"
@@ -577,6 +599,7 @@ hpcjobs_continue() {
 # hpcjobs_finish RC SIGNAL: decide and act after the workload exited. Prints the job's exit code.
 hpcjobs_finish() {
     local rc=$1 signal=$2 cause used allowed total
+    hpcjobs_gpu_monitor_stop
     if hpcjobs_is_done; then
         hpcjobs_event end finish "done marker present"
         hpcjobs_chain_ends
