@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server numactl shellcheck openssh-server)
+PACKAGES=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server numactl shellcheck openssh-server chromium)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

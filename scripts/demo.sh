@@ -45,6 +45,9 @@ $HPCJOBS logs -f "$job"
 say "History of job $job"
 $HPCJOBS history "$job"
 
+say "Where the GPU-hours of job $job went (hpcjobs report)"
+$HPCJOBS report --line "$job"
+
 digest=$(grep -ho 'final weights digest [0-9a-f]*' "$work"/run/slurm-*.out | awk '{print $4}')
 say "Result"
 echo "uninterrupted run: $reference"

@@ -37,9 +37,9 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
     its event log; a chain whose newest job was cancelled before its script could log (a
     pending continuation cancelled with scancel) ends "cancelled", from accounting.
     """
-    from hpcjobs.cli.status import table
     from hpcjobs.slurm.history import job_history
     from hpcjobs.slurm.parse import format_duration
+    from hpcjobs.texttable import table
 
     runner, client = slurm_access(ctx, host)
     ref = chains_for(runner, [job_id], host).get(job_id)
@@ -147,7 +147,7 @@ def _final(ref: ChainRef | None, histories: list[JobHistory]) -> tuple[Event | N
 
 
 def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]], final: Event | None) -> None:
-    from hpcjobs.cli.status import table
+    from hpcjobs.texttable import table
 
     click.echo()
     ids = ref.chain.job_ids

@@ -251,7 +251,7 @@ def _duration(seconds: float) -> str:
 
 
 def _print_plan(data: dict[str, Any], request: Request) -> None:
-    from hpcjobs.cli.status import table
+    from hpcjobs.texttable import table
 
     model, hw, inp = data["model"], data["hardware"], data["inputs"]
     shape = (

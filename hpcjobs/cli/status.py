@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -13,22 +13,11 @@ import click
 from hpcjobs.cli.common import chains_for, slurm_access
 from hpcjobs.cli.options import host_option
 from hpcjobs.errors import EXIT_SLURM
+from hpcjobs.texttable import table
 
 if TYPE_CHECKING:
     from hpcjobs.jobs.chain import ChainRef
     from hpcjobs.slurm.jobs import JobStatus
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain text table with left-aligned columns."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
-    lines = [headers, *rows]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-        for line in lines
-    )
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -106,6 +106,11 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--bind/--no-bind", default=None, help="Per-rank CPU/GPU/NIC binding (default on)."
         ),
+        click.option(
+            "--gpu-monitor/--no-gpu-monitor",
+            default=None,
+            help="Sample GPU utilisation with nvidia-smi for 'hpcjobs report' (default on).",
+        ),
         click.option("--torchrun", "torchrun_path", help="torchrun program (default: torchrun)."),
         click.argument("command", nargs=-1, type=click.UNPROCESSED),
     ]
@@ -304,6 +309,7 @@ def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
         "sbatch_options": list(flags.get("sbatch_options") or ()) or None,
         "nccl_debug": flags.get("nccl_debug"),
         "bind": flags.get("bind"),
+        "gpu_monitor": flags.get("gpu_monitor"),
         "torchrun": flags.get("torchrun_path"),
         "command": list(flags.get("command") or ()) or None,
     }
@@ -458,7 +464,21 @@ def _submit(
     except KeyboardInterrupt:
         click.echo("Stopped following; the job keeps running.", err=True)
         ctx.exit(130)
+    if len(result.job_ids) == 1:
+        click.echo(
+            f"{_now()} {_report_line(client, runner, result.job_ids[0], rendered)}", err=True
+        )
     ctx.exit(outcome.exit_code)
+
+
+def _report_line(client: Any, runner: Runner, root: str, rendered: Any) -> str:
+    """The chain's one-line report (goodput, GPU-hours, biggest badput); never fails submit."""
+    from hpcjobs.cli.report import summary_line
+
+    try:
+        return summary_line(runner, client, root, str(rendered.output_dir))
+    except HpcJobsError as exc:
+        return f"Report: not available ({exc.message})"
 
 
 def _check_run_folder(

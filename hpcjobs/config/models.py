@@ -323,6 +323,12 @@ class Requeue(_Model):
     max_requeues: MaxRequeues = Field(default_factory=MaxRequeues)
 
 
+class Monitoring(_Model):
+    """What jobs measure about themselves for ``hpcjobs report``."""
+
+    gpu_interval: PositiveInt = 30  # seconds between nvidia-smi samples
+
+
 class SiteConfig(_Model):
     """Everything hpcjobs knows about one cluster."""
 
@@ -338,6 +344,7 @@ class SiteConfig(_Model):
     nccl_profiles: dict[Name, NcclProfile] = Field(default_factory=dict)
     setup: Setup = Field(default_factory=Setup)
     requeue: Requeue = Field(default_factory=Requeue)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
 
     @property
     def partition_names(self) -> list[str]:

@@ -7,8 +7,10 @@ Every hpcjobs batch script appends one tab-separated line per event to
 
 ``event`` is ``start`` (a run began; detail ``checkpoint=<step>``), ``requeue`` (the run ended
 for ``cause`` and comes back; detail says how, plus ``checkpoint=`` and ``progress=``), or ``end``
-(the chain is over: cause ``finish`` or ``fail``, detail says why). A continuation is a new job
-id in the same chain; a Slurm requeue keeps the job id and raises the restart count.
+(the chain is over: cause ``finish`` or ``fail``, detail says why), or ``signal`` (the first
+warning signal or SIGTERM of a run: cause ``warning`` or ``term``; nothing counts it). A
+continuation is a new job id in the same chain; a Slurm requeue keeps the job id and raises the
+restart count.
 
 A job cancelled while pending never runs its script: ``hpcjobs cancel`` logs its chain's end
 for it (:func:`append_event`), and :func:`ended_by_accounting` reads the end of a chain whose

@@ -31,12 +31,15 @@ import re
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcjobs.errors import BadInputError
+
+if TYPE_CHECKING:
+    from hpcjobs.runtime.progress import ProgressWriter
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,10 @@ COMPLETE = "COMPLETE"
 DONE = "DONE"
 PROGRESS = "PROGRESS"
 ENV_DIR = "HPCJOBS_CHECKPOINT_DIR"
+#: The folder of per-rank progress reports (contract: :mod:`hpcjobs.runtime.progress`).
+ENV_PROGRESS_DIR = "HPCJOBS_PROGRESS_DIR"
+#: Seconds between GPU telemetry samples in the job; 0 turns the sampler off (hpcjobs.report.gpu).
+ENV_GPU_INTERVAL = "HPCJOBS_GPU_MONITOR_INTERVAL"
 #: The file in a checkpoint folder that names the run owning it (see :mod:`hpcjobs.jobs.runfolder`).
 RUN_FILE = "RUN"
 #: What the batch script exports: this job's run fingerprint, and the RUN file it must match.
@@ -138,12 +145,14 @@ class CheckpointDir:
         token = f"{socket.gethostname()}-{os.getpid()}-{time.monotonic_ns()}"
         tmp = self.root / f"step-{step:09d}.tmp-{token}"
         tmp.mkdir(mode=0o700)
+        began = time.time()
         try:
             yield tmp
             self._publish(tmp, step, meta or {})
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        _report(lambda writer: writer.saved(time.time() - began))
         self.prune()
 
     def _check_owner(self) -> None:
@@ -228,11 +237,15 @@ class CheckpointDir:
 
         ``hpcjobs history`` uses it to report the work lost at each interruption: the
         progress reached before the stop minus the checkpoint the next run resumed from.
+        Inside an hpcjobs job it also reports the step, with the time, in this rank's files
+        under ``$HPCJOBS_PROGRESS_DIR`` (:mod:`hpcjobs.runtime.progress`), which ``hpcjobs report``
+        reads for goodput and step times.
         """
         _make_private_dir(self.root)
         tmp = self.root / f".{PROGRESS}.{os.getpid()}"
         tmp.write_text(f"{step}\n")
         os.replace(tmp, self.root / PROGRESS)
+        _report(lambda writer: writer.step(step))
 
     def progress(self) -> int | None:
         try:
@@ -262,6 +275,21 @@ class CheckpointDir:
             return None
         result = data.get("result")
         return result if isinstance(result, dict) else {}
+
+
+def _report(write: Callable[[ProgressWriter], None]) -> None:
+    """Report to ``$HPCJOBS_PROGRESS_DIR`` when it is set; a failure there only logs."""
+    if not os.environ.get(ENV_PROGRESS_DIR):
+        return
+    from hpcjobs.runtime.progress import ProgressWriter
+
+    writer = ProgressWriter.from_env()
+    if writer is None:
+        return
+    try:
+        write(writer)
+    except OSError as exc:
+        log.warning("cannot report progress in %s: %s", writer.folder, exc)
 
 
 def _read_complete(path: Path) -> dict[str, Any] | None:

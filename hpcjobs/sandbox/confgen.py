@@ -75,6 +75,8 @@ def slurm_conf(
         f"AccountingStoragePort={settings.dbd_port}",
         # For slurmdbd, this names the munge socket to use (not a password).
         f"AccountingStoragePass={layout.munge_socket}",
+        # Record GPUs in accounting (sacct's AllocTRES shows gres/gpu), as real GPU sites do.
+        "AccountingStorageTRES=gres/gpu",
         "JobAcctGatherType=jobacct_gather/none",
         "JobCompType=jobcomp/none",
     ]

@@ -240,6 +240,7 @@ class JobSpec(_Model):
     sbatch_options: list[SafeStr] = Field(default_factory=list)
     nccl_debug: Flag = False
     bind: Flag = True
+    gpu_monitor: Flag = True
     torchrun: Program = "torchrun"
 
 

@@ -23,6 +23,7 @@ from hpcjobs.jobs.runfolder import (
     fingerprint,
     run_identity,
 )
+from hpcjobs.runtime.checkpoint import ENV_GPU_INTERVAL
 from hpcjobs.runtime.distributed import PORT_BASE, PORT_SPAN
 from hpcjobs.script.binding import BindingPlan, plan_binding
 from hpcjobs.script.jobspec import JobSpec, Where, resolve_spec
@@ -230,6 +231,7 @@ def _context(
         EnvVar("HPCJOBS_RUN_DIR", job.output_dir or "", "hpcjobs"),
         EnvVar("HPCJOBS_CHECKPOINT_DIR", job.checkpoint_dir or "", "hpcjobs"),
         EnvVar("HPCJOBS_SIGNAL", job.requeue.signal or "", "hpcjobs"),
+        EnvVar(ENV_GPU_INTERVAL, str(_gpu_interval(job, site)), "hpcjobs"),
         EnvVar(ENV_FINGERPRINT, run_print, "hpcjobs"),
         EnvVar(ENV_RUN_FILE, f"{job.checkpoint_dir}/{RUN_FILE}", "hpcjobs"),
     ]
@@ -276,6 +278,14 @@ def _context(
         "master_port_expr": Raw(master_port_expr()),
         "has_topology": topology is not None,
     }
+
+
+def _gpu_interval(job: JobSpec, site: SiteConfig) -> int:
+    """Seconds between GPU samples in the job: the site's interval, 0 (off) without GPUs or
+    with ``--no-gpu-monitor``."""
+    if not job.gpu_monitor or not job.gpus_per_node:
+        return 0
+    return site.monitoring.gpu_interval
 
 
 #: The array task a script runs, numbered globally even when the array was split.

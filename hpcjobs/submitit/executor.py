@@ -161,7 +161,7 @@ class HpcExecutor(submitit_slurm.SlurmExecutor):
                 {k: v for k, v in data.items() if v is not None}, source="executor parameters"
             )
         except BadInputError as exc:
-            exc.hint = "see hpcjobs.submitit_ext.PARAMETERS (docs/python-api.md) for the syntax"
+            exc.hint = "see hpcjobs.submitit.params.PARAMETERS (docs/python-api.md) for the syntax"
             raise
 
     def _checkpoint_root(self, parameters: Mapping[str, Any]) -> Path:

@@ -158,10 +158,10 @@ def _setup_logging(rank: int) -> None:
 
 
 def main(argv: Iterable[str] | None = None) -> None:
-    """``python -m hpcjobs.submitit_ext FOLDER``: run one rank of an executor job."""
+    """``python -m hpcjobs.submitit.task FOLDER``: run one rank of an executor job."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        sys.stderr.write("usage: python -m hpcjobs.submitit_ext FOLDER\n")
+        sys.stderr.write("usage: python -m hpcjobs.submitit.task FOLDER\n")
         raise SystemExit(2)
     run_task(args[0])
 

@@ -103,6 +103,10 @@ hpcjobs_set_aside_stale() {
         mv -f "$file" "$file.stale-$stamp"
         hpcjobs_log "set aside an event log left by an earlier job $HPCJOBS_CHAIN_ROOT"
     fi
+    if [[ -e $HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT ]]; then
+        mv -f "$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT" \
+            "$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT.stale-$stamp"
+    fi
     if [[ -e $HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT ]]; then
         mv -f "$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT" \
             "$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT.stale-$stamp"
@@ -144,6 +148,26 @@ hpcjobs_check_checkpoint_dir() {
     fi
 }
 
+# hpcjobs_gpu_monitor: sample this node's GPUs for 'hpcjobs report' every
+# HPCJOBS_GPU_MONITOR_INTERVAL seconds (0: off), into gpu-<root>/<host>.csv next to the event
+# log, while the job runs. The fields are hpcjobs.report.gpu.QUERY. Only where nvidia-smi exists.
+hpcjobs_gpu_monitor() {
+    local every=${HPCJOBS_GPU_MONITOR_INTERVAL:-0} folder
+    [[ $every =~ ^[0-9]+$ ]] && ((every > 0)) || return 0
+    command -v nvidia-smi >/dev/null 2>&1 || return 0
+    folder=$HPCJOBS_RUN_DIR/gpu-$HPCJOBS_CHAIN_ROOT
+    (umask 077 && mkdir -p -- "$folder") 2>/dev/null || return 0
+    (umask 077 && exec nvidia-smi --query-gpu=timestamp,index,uuid,utilization.gpu,memory.used,memory.total \
+        --format=csv,noheader,nounits -l "$every" >>"$folder/$(hostname -s).csv" 2>/dev/null) &
+    hpcjobs_gpu_pid=$!
+}
+
+# hpcjobs_gpu_monitor_stop: end the sampler (hpcjobs_finish calls it first).
+hpcjobs_gpu_monitor_stop() {
+    [[ -n ${hpcjobs_gpu_pid:-} ]] && kill "$hpcjobs_gpu_pid" 2>/dev/null
+    return 0
+}
+
 # hpcjobs_begin: call once at the top of the job, before the workload starts.
 # Exits the job when it is already finished or out of budget.
 # hpcjobs_private_logs: Slurm creates the job's output files with the job's umask; make them
@@ -172,6 +196,9 @@ hpcjobs_begin() {
     if [[ $HPCJOBS_CHAIN_ROOT == "$self" ]] && ((${SLURM_RESTART_COUNT:-0} == 0)); then
         hpcjobs_set_aside_stale
     fi
+    # Per-rank progress reports (hpcjobs.runtime.progress), next to the event log: one folder per chain.
+    export HPCJOBS_PROGRESS_DIR=$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT
+    (umask 077 && mkdir -p -- "$HPCJOBS_PROGRESS_DIR") 2>/dev/null || true
     hpcjobs_check_checkpoint_dir
     if ((${SLURM_RESTART_COUNT:-0} > 0)) && ! hpcjobs_is_done; then
         hpcjobs_after_slurm_requeue
@@ -188,6 +215,7 @@ hpcjobs_begin() {
     fi
     local step
     step=$(hpcjobs_latest_step)
+    hpcjobs_gpu_monitor # from here on every run ends in hpcjobs_finish, which stops it
     hpcjobs_event start - "checkpoint=$step"
     # The marker 'hpcjobs logs --restart N' splits the log on.
     echo "hpcjobs: run $HPCJOBS_RESTART_COUNT of job $HPCJOBS_CHAIN_ROOT"
@@ -221,7 +249,8 @@ hpcjobs_requeue_cause() {
 hpcjobs_after_slurm_requeue() {
     local file last event cause detail self next run when used allowed total
     file=$(hpcjobs_chain_file)
-    [[ -f $file ]] && last=$(tail -n 1 "$file")
+    # The last event that says how a run ended (a signal event may come after it).
+    [[ -f $file ]] && last=$(awk -F'\t' '$4 != "signal"' "$file" | tail -n 1)
     IFS=$'\t' read -r _ _ _ event cause detail <<<"${last:-}"
     self=$(hpcjobs_self_id)
     if [[ $event == requeue && $detail == "continued as job "* ]]; then
@@ -385,6 +414,7 @@ hpcjobs_continue() {
 # hpcjobs_finish RC SIGNAL: decide and act after the workload exited. Prints the job's exit code.
 hpcjobs_finish() {
     local rc=$1 signal=$2 cause used allowed total
+    hpcjobs_gpu_monitor_stop
     if hpcjobs_is_done; then
         hpcjobs_event end finish "done marker present"
         hpcjobs_chain_ends

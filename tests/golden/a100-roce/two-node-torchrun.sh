@@ -22,6 +22,7 @@ module load cuda/12.2
 export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/torchrun-small
 export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/torchrun-small/checkpoints
 export HPCJOBS_SIGNAL=USR2
+export HPCJOBS_GPU_MONITOR_INTERVAL=30
 export HPCJOBS_RUN_FINGERPRINT=beec905e414ca06b0b86
 export HPCJOBS_RUN_FILE=/home/user/hpcjobs/runs/torchrun-small/checkpoints/RUN
 export PYTHONUNBUFFERED=1  # hpcjobs: logs reach the output file as they are written
@@ -127,6 +128,8 @@ hpcjobs_child=""
 hpcjobs_trapped=0
 hpcjobs_status=0
 hpcjobs_signal_seen=""
+hpcjobs_signal_logged=""
+hpcjobs_waiting=0
 hpcjobs_forward() {
   hpcjobs_trapped=1
   # "warning" (preemption or the time limit is near) wins over a plain SIGTERM.
@@ -134,6 +137,11 @@ hpcjobs_forward() {
     hpcjobs_signal_seen=${hpcjobs_signal_seen:-term}
   else
     hpcjobs_signal_seen=warning
+  fi
+  if [ -n "$hpcjobs_child" ] && [ "$hpcjobs_waiting" = 1 ] && [ -z "$hpcjobs_signal_logged" ]; then
+    # When the first signal came (hpcjobs report: time from the warning to the run's end).
+    hpcjobs_signal_logged=1
+    hpcjobs_event signal "$hpcjobs_signal_seen" "SIG$1" 2>/dev/null || true
   fi
   if [ -n "$hpcjobs_child" ]; then
     echo "hpcjobs: SIG$1 received, forwarding it to the launcher (pid $hpcjobs_child)" >&2
@@ -152,6 +160,7 @@ export -f hpcjobs_start
 hpcjobs_wait() {
   # wait returns 128+N when a trapped signal interrupts it: keep waiting until the child is gone.
   local rc prev=""
+  hpcjobs_waiting=1
   while :; do
     hpcjobs_trapped=0
     wait "$hpcjobs_child"
@@ -160,6 +169,7 @@ hpcjobs_wait() {
     if [ "$hpcjobs_trapped" -eq 0 ] || [ "$rc" -le 128 ]; then break; fi
     prev=$rc
   done
+  hpcjobs_waiting=0
   hpcjobs_status=$rc
 }
 
@@ -277,6 +287,10 @@ hpcjobs_set_aside_stale() {
         mv -f "$file" "$file.stale-$stamp"
         hpcjobs_log "set aside an event log left by an earlier job $HPCJOBS_CHAIN_ROOT"
     fi
+    if [[ -e $HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT ]]; then
+        mv -f "$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT" \
+            "$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT.stale-$stamp"
+    fi
     if [[ -e $HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT ]]; then
         mv -f "$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT" \
             "$HPCJOBS_RUN_DIR/DONE-$HPCJOBS_CHAIN_ROOT.stale-$stamp"
@@ -318,6 +332,26 @@ hpcjobs_check_checkpoint_dir() {
     fi
 }
 
+# hpcjobs_gpu_monitor: sample this node's GPUs for 'hpcjobs report' every
+# HPCJOBS_GPU_MONITOR_INTERVAL seconds (0: off), into gpu-<root>/<host>.csv next to the event
+# log, while the job runs. The fields are hpcjobs.report.gpu.QUERY. Only where nvidia-smi exists.
+hpcjobs_gpu_monitor() {
+    local every=${HPCJOBS_GPU_MONITOR_INTERVAL:-0} folder
+    [[ $every =~ ^[0-9]+$ ]] && ((every > 0)) || return 0
+    command -v nvidia-smi >/dev/null 2>&1 || return 0
+    folder=$HPCJOBS_RUN_DIR/gpu-$HPCJOBS_CHAIN_ROOT
+    (umask 077 && mkdir -p -- "$folder") 2>/dev/null || return 0
+    (umask 077 && exec nvidia-smi --query-gpu=timestamp,index,uuid,utilization.gpu,memory.used,memory.total \
+        --format=csv,noheader,nounits -l "$every" >>"$folder/$(hostname -s).csv" 2>/dev/null) &
+    hpcjobs_gpu_pid=$!
+}
+
+# hpcjobs_gpu_monitor_stop: end the sampler (hpcjobs_finish calls it first).
+hpcjobs_gpu_monitor_stop() {
+    [[ -n ${hpcjobs_gpu_pid:-} ]] && kill "$hpcjobs_gpu_pid" 2>/dev/null
+    return 0
+}
+
 # hpcjobs_begin: call once at the top of the job, before the workload starts.
 # Exits the job when it is already finished or out of budget.
 # hpcjobs_private_logs: Slurm creates the job's output files with the job's umask; make them
@@ -346,6 +380,9 @@ hpcjobs_begin() {
     if [[ $HPCJOBS_CHAIN_ROOT == "$self" ]] && ((${SLURM_RESTART_COUNT:-0} == 0)); then
         hpcjobs_set_aside_stale
     fi
+    # Per-rank progress reports (hpcjobs.runtime.progress), next to the event log: one folder per chain.
+    export HPCJOBS_PROGRESS_DIR=$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT
+    (umask 077 && mkdir -p -- "$HPCJOBS_PROGRESS_DIR") 2>/dev/null || true
     hpcjobs_check_checkpoint_dir
     if ((${SLURM_RESTART_COUNT:-0} > 0)) && ! hpcjobs_is_done; then
         hpcjobs_after_slurm_requeue
@@ -362,6 +399,7 @@ hpcjobs_begin() {
     fi
     local step
     step=$(hpcjobs_latest_step)
+    hpcjobs_gpu_monitor # from here on every run ends in hpcjobs_finish, which stops it
     hpcjobs_event start - "checkpoint=$step"
     # The marker 'hpcjobs logs --restart N' splits the log on.
     echo "hpcjobs: run $HPCJOBS_RESTART_COUNT of job $HPCJOBS_CHAIN_ROOT"
@@ -395,7 +433,8 @@ hpcjobs_requeue_cause() {
 hpcjobs_after_slurm_requeue() {
     local file last event cause detail self next run when used allowed total
     file=$(hpcjobs_chain_file)
-    [[ -f $file ]] && last=$(tail -n 1 "$file")
+    # The last event that says how a run ended (a signal event may come after it).
+    [[ -f $file ]] && last=$(awk -F'\t' '$4 != "signal"' "$file" | tail -n 1)
     IFS=$'\t' read -r _ _ _ event cause detail <<<"${last:-}"
     self=$(hpcjobs_self_id)
     if [[ $event == requeue && $detail == "continued as job "* ]]; then
@@ -559,6 +598,7 @@ hpcjobs_continue() {
 # hpcjobs_finish RC SIGNAL: decide and act after the workload exited. Prints the job's exit code.
 hpcjobs_finish() {
     local rc=$1 signal=$2 cause used allowed total
+    hpcjobs_gpu_monitor_stop
     if hpcjobs_is_done; then
         hpcjobs_event end finish "done marker present"
         hpcjobs_chain_ends

@@ -1,0 +1,13 @@
+"""``hpcjobs report``: where a chain's allocated GPU-hours went (goodput, badput, timelines).
+
+- :mod:`~hpcjobs.report.accounting`: each run's allocation from one ``sacct`` (AllocTRES x
+  elapsed, CPU efficiency, peak memory), for any number of jobs or a time window;
+- :mod:`~hpcjobs.report.progress`: the per-rank progress reports of a chain
+  (:mod:`hpcjobs.runtime.progress`);
+- :mod:`~hpcjobs.report.gpu`: GPU telemetry samples (``nvidia-smi --query-gpu``);
+- :mod:`~hpcjobs.report.goodput`: the breakdown of allocated time into goodput and badput;
+- :mod:`~hpcjobs.report.build`: putting a chain's report together;
+- :mod:`~hpcjobs.report.html`: the self-contained page; :mod:`~hpcjobs.report.compare`: A vs B.
+
+Definitions: docs/report.md.
+"""

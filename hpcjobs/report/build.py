@@ -1,0 +1,466 @@
+"""A chain's report: its runs from accounting, its events, its progress, put together.
+
+:func:`chain_report` is pure (plain inputs, a :class:`ChainReport` out); :func:`collect`
+gathers the inputs for any number of chains with one ``sacct`` for all of them.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+from hpcjobs.report.accounting import RunUsage, fetch_usage
+from hpcjobs.report.goodput import (
+    BADPUT_PARTS,
+    LABELS,
+    PARTS,
+    RunParts,
+    RunWindow,
+    assign_reports,
+    percentile,
+    split_run,
+    step_times,
+)
+from hpcjobs.runtime.progress import Report
+
+if TYPE_CHECKING:
+    from hpcjobs.jobs.chain import Chain, ChainRef, Interruption
+    from hpcjobs.report.gpu import GpuSummary
+    from hpcjobs.runner import Runner
+    from hpcjobs.slurm.client import SlurmClient
+
+#: Where a run's GPU count came from.
+GPUS_ACCOUNTING = "accounting"
+GPUS_REQUEST = "request"
+GPUS_NONE = "none"
+
+NO_PROGRESS = (
+    "the program reported no progress ($HPCJOBS_PROGRESS_DIR): allocated time and accounting "
+    "figures only, no goodput"
+)
+GPUS_FROM_REQUEST = (
+    "this cluster does not track GPUs in accounting (no gres/gpu in AllocTRES): GPUs are "
+    "taken from the job's request"
+)
+NO_GPUS = "the runs had no GPUs: allocated time is counted in allocation-hours (node time)"
+NO_TELEMETRY = "no GPU telemetry for this chain: utilisation and GPU memory are not known"
+NO_CPU_ACCOUNTING = (
+    "CPU time and memory are not gathered by this cluster's accounting (JobAcctGatherType)"
+)
+
+
+@dataclass
+class RunReport:
+    """One run: its allocation and how it divides."""
+
+    job_id: str
+    index: int
+    state: str
+    start: float
+    end: float
+    elapsed_s: float
+    gpus: int
+    gpus_source: str
+    cpus: int
+    nodes: int
+    nodelist: str
+    running: bool
+    parts: RunParts | None
+    cpu_efficiency: float | None
+    peak_memory: tuple[int, str] | None
+    cause: str = ""
+    signal_at: float | None = None
+
+    @property
+    def weight(self) -> int:
+        """GPUs per second of this run (1 for runs without GPUs: allocation time)."""
+        return self.gpus if self.gpus > 0 else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "index": self.index,
+            "state": self.state,
+            "start": self.start,
+            "end": self.end,
+            "elapsed_s": self.elapsed_s,
+            "gpus": self.gpus,
+            "gpus_source": self.gpus_source,
+            "cpus": self.cpus,
+            "nodes": self.nodes,
+            "nodelist": self.nodelist,
+            "running": self.running,
+            "cause": self.cause,
+            "signal_at": self.signal_at,
+            "parts_s": None if self.parts is None else dict(self.parts.seconds),
+            "first_progress": None if self.parts is None else self.parts.first_progress,
+            "last_progress": None if self.parts is None else self.parts.last_progress,
+            "first_step": None if self.parts is None else self.parts.first_step,
+            "last_step": None if self.parts is None else self.parts.last_step,
+            "steps": None if self.parts is None else self.parts.steps,
+            "redone_steps": None if self.parts is None else self.parts.redone_steps,
+            "cpu_efficiency": self.cpu_efficiency,
+            "peak_memory_bytes": None if self.peak_memory is None else self.peak_memory[0],
+            "peak_memory_node": None if self.peak_memory is None else self.peak_memory[1],
+        }
+
+
+@dataclass
+class ChainReport:
+    """Everything ``hpcjobs report`` says about one chain."""
+
+    root: str
+    name: str
+    job_ids: list[str]
+    runs: list[RunReport]
+    result: str | None
+    queue_wait_s: float | None
+    gaps_s: list[float]
+    interruptions: list[dict[str, Any]]
+    progress: dict[int, list[Report]]
+    steps_lost_event_log: int | None
+    gpu: GpuSummary | None = None
+    notes: list[str] = field(default_factory=list)
+
+    # ---- totals ---------------------------------------------------------------------------
+
+    @property
+    def has_progress(self) -> bool:
+        return any(run.parts is not None for run in self.runs)
+
+    @property
+    def allocated_s(self) -> float:
+        """Allocated GPU-seconds (allocation-seconds for runs without GPUs)."""
+        return sum(run.elapsed_s * run.weight for run in self.runs)
+
+    @property
+    def allocated_gpu_hours(self) -> float:
+        return sum(run.elapsed_s * run.gpus for run in self.runs) / 3600.0
+
+    @property
+    def allocated_cpu_hours(self) -> float:
+        return sum(run.elapsed_s * run.cpus for run in self.runs) / 3600.0
+
+    @property
+    def unit(self) -> str:
+        return "GPU" if any(run.gpus > 0 for run in self.runs) else "allocation"
+
+    def part_s(self, part: str) -> float | None:
+        """A part over all runs, weighted by GPUs (None without progress)."""
+        if not self.has_progress:
+            return None
+        return sum(run.parts.seconds[part] * run.weight for run in self.runs if run.parts)
+
+    def share(self, part: str) -> float | None:
+        value = self.part_s(part)
+        total = self.allocated_s
+        return None if value is None or total <= 0 else value / total
+
+    @property
+    def goodput(self) -> float | None:
+        """The share of allocated time in which training advanced."""
+        return self.share("goodput")
+
+    @property
+    def biggest_badput(self) -> tuple[str, float] | None:
+        shares = [(part, self.share(part) or 0.0) for part in BADPUT_PARTS]
+        if not self.has_progress:
+            return None
+        return max(shares, key=lambda item: item[1])
+
+    @property
+    def redone_steps(self) -> int | None:
+        if not self.has_progress:
+            return None
+        return sum(run.parts.redone_steps for run in self.runs if run.parts)
+
+    @property
+    def not_running_s(self) -> float:
+        return (self.queue_wait_s or 0.0) + sum(self.gaps_s)
+
+    # ---- step times -----------------------------------------------------------------------
+
+    def step_stats(self) -> dict[str, Any]:
+        """Median and p90 step time over every rank, and the slowest rank (highest median)."""
+        every: list[float] = []
+        per_rank: dict[int, float] = {}
+        hosts: dict[int, str] = {}
+        for rank, reports in self.progress.items():
+            times: list[float] = []
+            for run_reports in self._by_run(reports):
+                times += step_times(run_reports)
+            every += times
+            if times:
+                per_rank[rank] = statistics.median(times)
+            named = [r.host for r in reports if r.host]
+            if named:
+                hosts[rank] = named[-1]
+        slowest = max(per_rank, key=lambda r: per_rank[r]) if per_rank else None
+        return {
+            "median_s": statistics.median(every) if every else None,
+            "p90_s": percentile(every, 0.9),
+            "ranks": len(self.progress),
+            "per_rank_median_s": {str(k): v for k, v in per_rank.items()},
+            "slowest_rank": slowest,
+            "slowest_rank_median_s": None if slowest is None else per_rank[slowest],
+            "slowest_node": None if slowest is None else hosts.get(slowest),
+        }
+
+    def _by_run(self, reports: list[Report]) -> list[list[Report]]:
+        return assign_reports(reports, [(r.start, r.end) for r in self.runs])
+
+    def summary_line(self) -> str:
+        """The one line ``submit --wait`` ends with."""
+        hours = f"{self.allocated_gpu_hours:.3f} GPU-hours allocated"
+        if self.unit != "GPU":
+            hours = f"{self.allocated_s / 3600:.3f} allocation-hours (no GPUs)"
+        if self.goodput is None:
+            return f"Report: {hours}; goodput unknown (the program reported no progress)"
+        text = f"Report: goodput {self.goodput * 100:.1f} % of {hours}"
+        biggest = self.biggest_badput
+        if biggest is not None and biggest[1] > 0:
+            text += f"; biggest badput: {LABELS[biggest[0]]} {biggest[1] * 100:.1f} %"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        shares = {part: self.share(part) for part in PARTS}
+        return {
+            "root": self.root,
+            "name": self.name,
+            "job_ids": self.job_ids,
+            "result": self.result,
+            "runs": [run.to_dict() for run in self.runs],
+            "unit": self.unit,
+            "allocated_s": self.allocated_s,
+            "allocated_gpu_hours": self.allocated_gpu_hours,
+            "allocated_cpu_hours": self.allocated_cpu_hours,
+            "has_progress": self.has_progress,
+            "goodput": self.goodput,
+            "parts_s": {part: self.part_s(part) for part in PARTS},
+            "shares": shares,
+            "biggest_badput": None if self.biggest_badput is None else self.biggest_badput[0],
+            "redone_steps": self.redone_steps,
+            "steps_lost_event_log": self.steps_lost_event_log,
+            "queue_wait_s": self.queue_wait_s,
+            "gaps_s": self.gaps_s,
+            "not_running_s": self.not_running_s,
+            "step_time": self.step_stats(),
+            "interruptions": self.interruptions,
+            "gpu": None if self.gpu is None else self.gpu.to_dict(),
+            "notes": self.notes,
+        }
+
+
+def chain_report(
+    root: str,
+    usage: Sequence[RunUsage],
+    chain: Chain | None,
+    progress: Mapping[int, list[Report]],
+    *,
+    requested_gpus: int | None = None,
+    gpu: GpuSummary | None = None,
+    now: float | None = None,
+) -> ChainReport:
+    """The report of one chain from its accounting rows, event log and progress reports.
+
+    Args:
+        root: the chain's first job id.
+        usage: accounting of every job of the chain (other jobs' rows are ignored).
+        chain: the chain's events, or None for a job without an event log.
+        progress: rank -> that rank's reports.
+        requested_gpus: the GPUs the job asked for (its submission record), used where
+            accounting tracks no GPUs.
+        gpu: GPU telemetry, where the job sampled it.
+        now: the time for a run still running (default: now).
+    """
+    now = time.time() if now is None else now
+    ids = chain.job_ids if chain is not None and chain.events else [root]
+    rows = [u for u in usage if u.job_id in ids and u.start is not None]
+    rows.sort(key=lambda u: (u.start.timestamp() if u.start else 0.0, ids.index(u.job_id)))
+    notes: list[str] = []
+    runs = _runs(rows, requested_gpus, now, notes)
+    if chain is not None:
+        _mark_from_events(runs, chain)
+    # Goodput from the lowest rank that reported (every rank steps together in data parallel
+    # training); step times from every rank.
+    reference = progress[min(progress)] if progress else []
+    has_progress = bool(reference)
+    per_run = assign_reports(reference, [(_begin(r, chain), r.end) for r in runs])
+    reached: int | None = None
+    for run, reports in zip(runs, per_run, strict=True):
+        window = RunWindow(run.job_id, run.index, run.start, run.end, run.gpus, run.signal_at)
+        run.parts = split_run(window, reports, reached, chain_has_progress=has_progress)
+        stepped = [r.step for r in reports if r.step is not None]
+        if stepped:
+            reached = max(stepped) if reached is None else max(reached, *stepped)
+    if not has_progress:
+        notes.append(NO_PROGRESS)
+    if gpu is None and any(run.gpus > 0 for run in runs):
+        notes.append(NO_TELEMETRY)
+    if runs and all(run.cpu_efficiency is None for run in runs):
+        notes.append(NO_CPU_ACCOUNTING)
+    first = next((u for u in usage if u.job_id == ids[0] and u.submit), None)
+    queue_wait = None
+    if first is not None and first.submit and runs:
+        queue_wait = max(0.0, runs[0].start - first.submit.timestamp())
+    gaps = [max(0.0, b.start - a.end) for a, b in pairwise(runs)]
+    stops = chain.interruptions() if chain is not None else []
+    lost = [s.steps_lost for s in stops if s.steps_lost is not None]
+    final = chain.final if chain is not None else None
+    name = rows[-1].name if rows else ""
+    return ChainReport(
+        root=root,
+        name=name,
+        job_ids=ids,
+        runs=runs,
+        result=None if final is None else f"{final.cause}: {final.detail}",
+        queue_wait_s=queue_wait,
+        gaps_s=gaps,
+        interruptions=[_interruption(s) for s in stops],
+        progress=dict(progress),
+        steps_lost_event_log=sum(lost) if stops else None,
+        gpu=gpu,
+        notes=notes,
+    )
+
+
+def _runs(
+    rows: Sequence[RunUsage], requested: int | None, now: float, notes: list[str]
+) -> list[RunReport]:
+    runs = []
+    seen: dict[str, int] = {}
+    from_request = False
+    for row in rows:
+        assert row.start is not None
+        index = seen.get(row.job_id, 0)
+        seen[row.job_id] = index + 1
+        start = row.start.timestamp()
+        running = row.end is None
+        end = now if row.end is None else row.end.timestamp()
+        gpus, source = row.gpus, GPUS_ACCOUNTING
+        if gpus is None:
+            gpus = row.requested_gpus if row.requested_gpus is not None else requested
+            source = GPUS_REQUEST if gpus is not None else GPUS_NONE
+            from_request = from_request or gpus is not None
+        runs.append(
+            RunReport(
+                job_id=row.job_id,
+                index=index,
+                state=row.state,
+                start=start,
+                end=end,
+                elapsed_s=float(row.elapsed_s) if not running else max(0.0, end - start),
+                gpus=gpus or 0,
+                gpus_source=source,
+                cpus=row.alloc_cpus,
+                nodes=row.nodes,
+                nodelist=row.nodelist,
+                running=running,
+                parts=None,
+                cpu_efficiency=row.cpu_efficiency,
+                peak_memory=row.peak_memory,
+            )
+        )
+        # Accounting's elapsed is the truth for allocated time; keep end consistent with it.
+        if not running:
+            runs[-1].end = start + runs[-1].elapsed_s
+    if from_request:
+        notes.append(GPUS_FROM_REQUEST)
+    elif runs and all(run.gpus == 0 for run in runs):
+        notes.append(NO_GPUS)
+    return runs
+
+
+def _mark_from_events(runs: list[RunReport], chain: Chain) -> None:
+    """Each run's warning signal and why it ended, from the event log."""
+    for event in chain.events:
+        for run in runs:
+            if event.event == "signal" and (event.job_id, event.restart) == (run.job_id, run.index):
+                if run.signal_at is None:
+                    run.signal_at = event.time
+            elif event.event == "requeue" and (event.job_id, event.stopped_run) == (
+                run.job_id,
+                run.index,
+            ):
+                run.cause = event.cause
+            elif event.event == "end" and (event.job_id, event.restart) == (run.job_id, run.index):
+                run.cause = run.cause or f"{event.cause}: {event.detail}"
+
+
+def _begin(run: RunReport, chain: Chain | None) -> float:
+    """When a run's script began (its ``start`` event), else accounting's start."""
+    if chain is not None:
+        for event in chain.events:
+            if event.event == "start" and (event.job_id, event.restart) == (run.job_id, run.index):
+                return min(max(event.time, run.start), run.end)
+    return run.start
+
+
+def _interruption(stop: Interruption) -> dict[str, Any]:
+    return {
+        "cause": stop.cause,
+        "job_id": stop.job_id,
+        "ended_at": stop.ended_at,
+        "resumed_job_id": stop.resumed_job_id,
+        "resumed_at": stop.resumed_at,
+        "resumed_from_step": stop.resumed_from,
+        "progress_at_stop": stop.progress_at_stop,
+        "steps_lost": stop.steps_lost,
+    }
+
+
+# ---- gathering the inputs -------------------------------------------------------------------
+
+
+def collect(
+    client: SlurmClient,
+    runner: Runner,
+    refs: Mapping[str, ChainRef | None],
+    *,
+    requested_gpus: Callable[[str], int | None] | None = None,
+    usage: Sequence[RunUsage] | None = None,
+    read_gpu: bool = True,
+) -> list[ChainReport]:
+    """Reports for chains (root -> its event log, or None for a job without one).
+
+    One ``sacct`` for every job of every chain (skipped when ``usage`` is given); the progress
+    reports and telemetry are read from each chain's output folder.
+    """
+    from hpcjobs.report.gpu import read_gpu_samples
+    from hpcjobs.report.progress import read_progress
+
+    if usage is None:
+        ids: list[str] = []
+        for root, ref in refs.items():
+            ids += ref.chain.job_ids if ref is not None else [root]
+        usage = fetch_usage(client, list(dict.fromkeys(ids)))
+    reports = []
+    for root, ref in refs.items():
+        progress = read_progress(runner, ref.output_dir, root) if ref is not None else {}
+        gpu = read_gpu_samples(runner, ref.output_dir, root) if ref and read_gpu else None
+        wanted = requested_gpus(root) if requested_gpus else None
+        chain = ref.chain if ref is not None else None
+        reports.append(chain_report(root, usage, chain, progress, requested_gpus=wanted, gpu=gpu))
+    return reports
+
+
+def requested_from_record(root: str, host: str | None = None) -> int | None:
+    """GPUs a job asked for (nodes x GPUs per node), from its local submission record."""
+    from hpcjobs.errors import HpcJobsError
+    from hpcjobs.jobs.records import find_record, read_record
+
+    path = find_record(root, host=host)
+    if path is None:
+        return None
+    try:
+        spec = read_record(path).get("spec") or {}
+    except HpcJobsError:
+        return None
+    nodes, per_node = spec.get("nodes"), spec.get("gpus_per_node")
+    if isinstance(nodes, int) and isinstance(per_node, int):
+        return nodes * per_node
+    return None

@@ -1,0 +1,121 @@
+"""``hpcjobs report --compare A B``: two chains side by side, and what differed in their jobs.
+
+The figures come from the two :class:`~hpcjobs.report.build.ChainReport`; the differences from
+the two submission records (:mod:`hpcjobs.jobs.records`) and the scripts kept next to them: every
+NCCL/UCX/Gloo variable with its origin (the comment the renderer writes after each value),
+binding on or off, nodes, GPUs per node, ranks per node and the launcher.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from hpcjobs.report.build import ChainReport
+from hpcjobs.report.goodput import BADPUT_PARTS, LABELS
+
+_TUNING = re.compile(r"^export ((?:NCCL|UCX|GLOO)_\w+)=(.*?)(?:\s+#\s*(.*))?$")
+_SPEC_KEYS = ("nodes", "gpus_per_node", "ntasks_per_node", "launcher", "bind", "partition")
+
+
+def compare_reports(
+    a: ChainReport, b: ChainReport, differences: list[dict[str, str]]
+) -> dict[str, Any]:
+    """JSON-ready rows: each figure for A and B and the change from A to B."""
+    sa, sb = a.step_stats(), b.step_stats()
+    rows = [
+        _row("step time median (s)", sa["median_s"], sb["median_s"], 3),
+        _row("step time p90 (s)", sa["p90_s"], sb["p90_s"], 3),
+        _row("goodput (%)", _pct(a.goodput), _pct(b.goodput), 1),
+        _row("allocated GPU-hours", a.allocated_gpu_hours, b.allocated_gpu_hours, 3),
+        _row("runs", len(a.runs), len(b.runs), 0),
+    ]
+    rows += [
+        _row(f"badput: {LABELS[p]} (%)", _pct(a.share(p)), _pct(b.share(p)), 1)
+        for p in BADPUT_PARTS
+    ]
+    rows.append(_row("not running (s)", a.not_running_s, b.not_running_s, 1))
+    return {"a": a.root, "b": b.root, "rows": rows, "differences": differences}
+
+
+def compare_text(data: dict[str, Any]) -> str:
+    from hpcjobs.texttable import table
+
+    a, b = str(data["a"]), str(data["b"])
+    body = [[r["what"], str(r["a"]), str(r["b"]), str(r["change"])] for r in data["rows"]]
+    lines = [f"Before/after: chain {a} vs chain {b}", table(["FIGURE", a, b, "CHANGE"], body)]
+    if data["differences"]:
+        diff = [[d["what"], d["a"], d["b"]] for d in data["differences"]]
+        lines += ["What differed in the jobs:", table(["WHAT", a, b], diff)]
+    else:
+        lines.append("What differed in the jobs: nothing hpcjobs rendered (or no records here)")
+    return "\n".join(lines)
+
+
+def script_differences(a: str, b: str, host: str | None = None) -> list[dict[str, str]]:
+    """What differed between the two jobs as rendered, from their local submission records."""
+    from hpcjobs.errors import HpcJobsError
+    from hpcjobs.jobs.records import find_record, read_record
+
+    sides = []
+    for root in (a, b):
+        path = find_record(root, host=host)
+        if path is None:
+            return []
+        try:
+            record = read_record(path)
+        except HpcJobsError:
+            return []
+        script = path.parent / str(record.get("script") or "job.sh")
+        sides.append((record.get("spec") or {}, _tuning(script)))
+    out = []
+    (spec_a, vars_a), (spec_b, vars_b) = sides
+    for key in _SPEC_KEYS:
+        if spec_a.get(key) != spec_b.get(key):
+            out.append({"what": key, "a": _show(spec_a.get(key)), "b": _show(spec_b.get(key))})
+    for name in sorted(set(vars_a) | set(vars_b)):
+        if vars_a.get(name) != vars_b.get(name):
+            out.append({"what": name, "a": vars_a.get(name, "(unset)"),
+                        "b": vars_b.get(name, "(unset)")})  # fmt: skip
+    return out
+
+
+def tuning_vars(text: str) -> dict[str, str]:
+    """NCCL/UCX/Gloo variables a rendered script exports: name -> "value (origin)"."""
+    out = {}
+    for line in text.splitlines():
+        match = _TUNING.match(line.strip())
+        if match:
+            value = match.group(2)
+            out[match.group(1)] = value + (f" ({match.group(3)})" if match.group(3) else "")
+    return out
+
+
+def _tuning(path: Path) -> dict[str, str]:
+    try:
+        return tuning_vars(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return {}
+
+
+def _row(what: str, a: float | int | None, b: float | int | None, digits: int) -> dict[str, Any]:
+    change: str = "-"
+    if a is not None and b is not None:
+        delta = b - a
+        change = f"{delta:+.{digits}f}"
+        if a and digits:
+            change += f" ({delta / a * 100:+.0f} %)"
+    return {"what": what, "a": _fmt(a, digits), "b": _fmt(b, digits), "change": change}
+
+
+def _fmt(value: float | int | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else value * 100
+
+
+def _show(value: Any) -> str:
+    return "(default)" if value is None else str(value)

@@ -1,0 +1,211 @@
+"""Goodput and badput of a chain of runs: where every allocated second went.
+
+Pure functions over plain values (run windows from accounting, progress reports, the warning
+signal's time from the event log); the definitions are in docs/report.md. In short, each run's
+allocated wall time ``[start, end]`` is cut into disjoint parts that add up to it:
+
+- ``startup``: from the start of the run to its first progress report;
+- between two consecutive progress reports, the time it took to produce the later step:
+  ``checkpoint`` for the checkpoint saves the program reported in that gap, ``stall`` for the
+  excess of a gap over :data:`STALL_FACTOR` x the run's median step time (beyond one median
+  step), ``redone`` when the later step had already been reached by an earlier run, otherwise
+  ``goodput``;
+- after the last progress report: ``checkpoint`` (saves reported then), ``warning`` (from the
+  warning signal, or the last report if later, to the end of the run) and ``tail`` (the rest).
+
+A run without any progress report is all ``startup`` when the chain reported progress in some
+run; a chain without any report gets no breakdown at all (``None``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from hpcjobs.runtime.progress import Report
+
+#: A gap between two progress reports longer than this many median step times is a stall.
+STALL_FACTOR = 5.0
+#: ... and only when it exceeds the median by at least this many seconds.
+STALL_MIN_S = 2.0
+
+PARTS = ("goodput", "startup", "redone", "checkpoint", "stall", "warning", "tail")
+BADPUT_PARTS = PARTS[1:]
+#: How each badput part is called in tables and on the page.
+LABELS = {
+    "goodput": "goodput",
+    "startup": "start-up until the first step",
+    "redone": "steps redone after an interruption",
+    "checkpoint": "checkpointing",
+    "stall": "stalls",
+    "warning": "warning signal to the end of the run",
+    "tail": "after the last progress",
+}
+
+
+@dataclass(frozen=True)
+class RunWindow:
+    """One run's allocation: wall time ``[start, end]`` (epoch s) on ``gpus`` GPUs."""
+
+    job_id: str
+    index: int
+    start: float
+    end: float
+    gpus: int
+    signal_at: float | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+@dataclass
+class RunParts:
+    """The parts of one run, in wall seconds, plus the steps it computed and redid."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
+    first_progress: float | None = None
+    last_progress: float | None = None
+    steps: int = 0
+    redone_steps: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+    #: When the last step that an earlier run had already reached was reported again.
+    redone_until: float | None = None
+
+    def add(self, part: str, value: float) -> None:
+        self.seconds[part] += max(0.0, value)
+
+
+def median_step_time(reports: Sequence[Report]) -> float | None:
+    """The median seconds per step between consecutive step reports (None under 2 reports)."""
+    per_step = step_times(reports)
+    return statistics.median(per_step) if per_step else None
+
+
+def step_times(reports: Sequence[Report]) -> list[float]:
+    """Seconds per step between consecutive step reports that advanced (saves excluded)."""
+    steps = [r for r in reports if r.step is not None]
+    saves = [r for r in reports if r.save_s is not None]
+    out = []
+    for before, after in pairwise(steps):
+        assert before.step is not None and after.step is not None
+        advanced = after.step - before.step
+        if advanced > 0:
+            saved = _saves_between(saves, before.time, after.time) if saves else 0.0
+            out.append(max(0.0, after.time - before.time - saved) / advanced)
+    return out
+
+
+def split_run(
+    run: RunWindow,
+    reports: Sequence[Report],
+    reached_before: int | None,
+    *,
+    chain_has_progress: bool,
+) -> RunParts | None:
+    """The parts of one run. ``reports`` are the reference rank's reports made during this
+    run (time order; see :func:`assign_reports`); ``reached_before`` is the highest step an
+    earlier run reported. None when the chain has no progress at all."""
+    if not chain_has_progress:
+        return None
+    mine = list(reports)
+    steps = [r for r in mine if r.step is not None]
+    saves = [r for r in mine if r.save_s is not None]
+    parts = RunParts()
+    if not steps:
+        parts.add("startup", run.elapsed)
+        return parts
+    first = min(max(steps[0].time, run.start), run.end)
+    last = min(max(steps[-1].time, first), run.end)
+    parts.first_progress, parts.last_progress = first, last
+    parts.first_step, parts.last_step = steps[0].step, steps[-1].step
+    parts.add("startup", first - run.start)
+    median = median_step_time(mine) or 0.0
+    seen: set[int] = set()
+    for report in steps:
+        assert report.step is not None
+        if report.step not in seen:
+            seen.add(report.step)
+            if reached_before is not None and report.step <= reached_before:
+                parts.redone_steps += 1
+    parts.steps = len(seen)
+    for before, after in pairwise(steps):
+        assert after.step is not None
+        t0, t1 = min(max(before.time, first), last), min(max(after.time, first), last)
+        gap = t1 - t0
+        saved = min(gap, _saves_between(saves, t0, t1))
+        parts.add("checkpoint", saved)
+        rest = gap - saved
+        stall = 0.0
+        if median > 0 and rest > STALL_FACTOR * median and rest - median >= STALL_MIN_S:
+            stall = rest - median
+        parts.add("stall", stall)
+        work = rest - stall
+        redone = reached_before is not None and after.step <= reached_before
+        if redone:
+            parts.redone_until = t1
+        parts.add("redone" if redone else "goodput", work)
+    tail = run.end - last
+    saved = min(tail, _saves_between(saves, last, run.end + 1.0))
+    parts.add("checkpoint", saved)
+    rest = tail - saved
+    warned = 0.0
+    if run.signal_at is not None and run.signal_at < run.end:
+        warned = min(rest, run.end - max(run.signal_at, last))
+    parts.add("warning", warned)
+    parts.add("tail", rest - warned)
+    return parts
+
+
+def assign_reports(
+    reports: Sequence[Report], bounds: Sequence[tuple[float, float]]
+) -> list[list[Report]]:
+    """Reports split by run: run ``i`` gets those in ``[bounds[i][0], bounds[i+1][0])``, and
+    the last run those up to its end (``bounds[i][1]``, plus the second accounting rounds off).
+
+    ``bounds`` are the runs' (begin, end) in time order; a run's begin is best taken from its
+    ``start`` event (sub-second), else accounting's start.
+    """
+    out: list[list[Report]] = [[] for _ in bounds]
+    for report in reports:
+        for i, (begin, end) in enumerate(bounds):
+            upper = bounds[i + 1][0] if i + 1 < len(bounds) else end + 1.0
+            if begin <= report.time < min(upper, end + 1.0):
+                out[i].append(report)
+                break
+    return out
+
+
+def _saves_between(reports: Sequence[Report], t0: float, t1: float) -> float:
+    """Seconds of checkpoint saves that ended in ``(t0, t1]``, each clipped to the interval."""
+    total = 0.0
+    for report in reports:
+        if report.save_s is not None and t0 < report.time <= t1:
+            total += min(report.save_s, report.time - t0)
+    return total
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """The ``fraction`` quantile (nearest rank) of ``values``; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(fraction * (len(ordered) - 1))))
+    return ordered[rank]
+
+
+__all__ = [
+    "BADPUT_PARTS",
+    "LABELS",
+    "PARTS",
+    "RunParts",
+    "RunWindow",
+    "assign_reports",
+    "median_step_time",
+    "percentile",
+    "split_run",
+    "step_times",
+]

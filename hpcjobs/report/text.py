@@ -1,0 +1,109 @@
+"""The terminal form of a chain's report (a string; the CLI prints it)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from hpcjobs.report.build import ChainReport
+from hpcjobs.report.goodput import BADPUT_PARTS, LABELS
+
+
+def report_text(report: ChainReport) -> str:
+    """Several lines: totals, the goodput breakdown, time not running, steps, runs, notes."""
+    from hpcjobs.texttable import table
+
+    runs = "1 run" if len(report.runs) == 1 else f"{len(report.runs)} runs"
+    lines = [
+        f"Chain {report.root} ({report.name or '-'}): {runs}, jobs {', '.join(report.job_ids)}"
+        + (f"; result {report.result}" if report.result else "")
+    ]
+    gpus = sorted({run.gpus for run in report.runs})
+    gpu_text = "/".join(str(g) for g in gpus) if gpus else "0"
+    lines.append(
+        f"Allocated: {report.allocated_gpu_hours:.3f} GPU-hours ({gpu_text} GPUs), "
+        f"{report.allocated_cpu_hours:.3f} CPU-hours, {_dur(report.allocated_s)} "
+        f"{report.unit}-time"
+    )
+    if report.has_progress:
+        rows = [["goodput", _pct(report.share("goodput")), _dur(report.part_s("goodput"))]]
+        rows += [
+            [f"badput: {LABELS[part]}", _pct(report.share(part)), _dur(report.part_s(part))]
+            for part in BADPUT_PARTS
+        ]
+        lines.append(table(["PART", "SHARE", f"{report.unit.upper()}-TIME"], rows))
+    gaps = ", ".join(_dur(g) for g in report.gaps_s) or "none"
+    lines.append(
+        f"Not running (wall clock): queue wait {_dur(report.queue_wait_s)}, gaps between runs "
+        f"{gaps}"
+    )
+    if report.has_progress:
+        stats = report.step_stats()
+        text = f"Steps: redone {report.redone_steps}"
+        if report.steps_lost_event_log is not None:
+            text += f" (event log: {report.steps_lost_event_log})"
+        text += f"; step time median {_sec(stats['median_s'])}, p90 {_sec(stats['p90_s'])}"
+        if stats["slowest_rank"] is not None and stats["ranks"] > 1:
+            text += (
+                f"; slowest rank {stats['slowest_rank']} on {stats['slowest_node'] or '?'} "
+                f"({_sec(stats['slowest_rank_median_s'])})"
+            )
+        lines.append(text)
+    headers = ["RUN", "JOB", "START", "ELAPSED", "GPUS", "STATE", "CAUSE", "GOODPUT"]
+    headers += ["CPU EFF", "PEAK MEM"]
+    rows = []
+    for number, run in enumerate(report.runs):
+        share = None
+        if run.parts is not None and run.elapsed_s > 0:
+            share = run.parts.seconds["goodput"] / run.elapsed_s
+        memory = "-"
+        if run.peak_memory is not None:
+            memory = f"{run.peak_memory[0] / 2**30:.2f} GiB ({run.peak_memory[1] or '?'})"
+        rows.append(
+            [
+                str(number),
+                run.job_id,
+                datetime.fromtimestamp(run.start).strftime("%Y-%m-%d %H:%M:%S"),
+                _dur(run.elapsed_s) + (" (running)" if run.running else ""),
+                f"{run.gpus}" + ("*" if run.gpus_source == "request" else ""),
+                run.state,
+                run.cause or "-",
+                _pct(share),
+                _pct(run.cpu_efficiency),
+                memory,
+            ]
+        )
+    lines.append(table(headers, rows))
+    if report.gpu is not None:
+        gpu_rows = [
+            [
+                g.host,
+                str(g.index),
+                _pct(None if g.mean_util is None else g.mean_util / 100),
+                "-" if g.max_mem_used_mib is None else f"{g.max_mem_used_mib:.0f} MiB",
+                "-" if g.mem_total_mib is None else f"{g.mem_total_mib:.0f} MiB",
+                "IDLE" if g.idle else "",
+            ]
+            for g in report.gpu.gpus
+        ]
+        lines.append(table(["HOST", "GPU", "MEAN UTIL", "MAX MEM", "TOTAL MEM", ""], gpu_rows))
+    for note in report.notes:
+        lines.append(f"Note: {note}")
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f} %"
+
+
+def _sec(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} s"
+
+
+def _dur(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 120:
+        return f"{value:.1f} s"
+    if value < 7200:
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.2f} h"

@@ -1,0 +1,180 @@
+"""Per-rank progress reports: the files a training program writes under ``$HPCJOBS_PROGRESS_DIR``.
+
+This module is the one definition of the contract; ``hpcjobs report`` reads it and later fault
+detection will too. The batch script sets ``HPCJOBS_PROGRESS_DIR`` to
+``<output dir>/progress-<chain root>/`` (next to the chain's event log ``chain-<root>.tsv``) and
+creates it with mode 0700. Each rank writes two files there, both mode 0600:
+
+``rank-<RANK>``
+    The newest step this rank finished: one line ``<step>``. Replaced atomically (written to a
+    temporary file in the same folder, then renamed over it), so a reader never sees half.
+``rank-<RANK>.log``
+    Append-only, one line per report, each written with a single ``write(2)``:
+
+    - ``<unix time> <step> [<host>]``: the rank finished ``<step>`` at ``<unix time>`` (seconds,
+      a decimal fraction allowed), on ``<host>`` (optional);
+    - ``<unix time> save <seconds>``: a checkpoint that took ``<seconds>`` ended at that time.
+
+    Bounded: once it exceeds :data:`LOG_LIMIT` bytes the writer rewrites it atomically keeping
+    every other report line (the first and the last are always kept), so a long run keeps its
+    whole time span at a coarser resolution. Readers skip lines they cannot parse.
+
+``RANK`` is the global rank (``$RANK``, else ``$SLURM_PROCID``, else 0). From a shell::
+
+    echo "$step" > "$HPCJOBS_PROGRESS_DIR/.rank-$RANK.tmp" &&
+        mv -f "$HPCJOBS_PROGRESS_DIR/.rank-$RANK.tmp" "$HPCJOBS_PROGRESS_DIR/rank-$RANK"
+    echo "$(date +%s.%N) $step $(hostname)" >> "$HPCJOBS_PROGRESS_DIR/rank-$RANK.log"
+
+:meth:`hpcjobs.runtime.checkpoint.CheckpointDir.note_progress` and ``CheckpointDir.save`` do
+this for Python programs whenever ``HPCJOBS_PROGRESS_DIR`` is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcjobs.runtime.checkpoint import ENV_PROGRESS_DIR
+from hpcjobs.textlines import split_lines
+
+#: A rank's log grows to at most about this many bytes before it is thinned out.
+LOG_LIMIT = 1 << 20
+FILE_MODE = 0o600
+_RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
+
+
+def progress_dir(output_dir: str, root: str) -> str:
+    """A chain's progress folder, next to its event log (the batch script's choice)."""
+    return f"{output_dir.rstrip('/')}/progress-{root}"
+
+
+def current_rank() -> int:
+    """This process's global rank: ``$RANK``, else ``$SLURM_PROCID``, else 0."""
+    for name in ("RANK", "SLURM_PROCID"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+@dataclass(frozen=True)
+class Report:
+    """One line of a rank's log: a step finished, or a checkpoint saved (``save`` seconds)."""
+
+    time: float
+    step: int | None
+    host: str = ""
+    save_s: float | None = None
+
+
+def parse_log(text: str) -> list[Report]:
+    """The reports in a rank's log, in file order; malformed lines are skipped."""
+    reports = []
+    for line in split_lines(text):
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        try:
+            when = float(parts[0])
+            if parts[1] == "save" and len(parts) >= 3:
+                reports.append(Report(when, None, save_s=max(0.0, float(parts[2]))))
+            elif parts[1].isdigit():
+                host = parts[2] if len(parts) >= 3 else ""
+                reports.append(Report(when, int(parts[1]), host))
+        except ValueError:
+            continue
+    return reports
+
+
+def rank_of_log(name: str) -> int | None:
+    """The rank whose log is the file ``name`` (``rank-3.log`` -> 3), else None."""
+    match = _RANK_LOG.match(name)
+    return int(match.group(1)) if match else None
+
+
+class ProgressWriter:
+    """Writes one rank's progress files (see the module docs).
+
+    Args:
+        folder: ``$HPCJOBS_PROGRESS_DIR``.
+        rank: the global rank (default :func:`current_rank`).
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], rank: int | None = None) -> None:
+        self.folder = Path(folder)
+        self.rank = current_rank() if rank is None else rank
+        self.host = socket.gethostname().split(".")[0] or "-"
+
+    @classmethod
+    def from_env(cls) -> ProgressWriter | None:
+        """The writer for ``$HPCJOBS_PROGRESS_DIR``, or None outside an hpcjobs job."""
+        folder = os.environ.get(ENV_PROGRESS_DIR)
+        return cls(folder) if folder else None
+
+    @property
+    def current_file(self) -> Path:
+        return self.folder / f"rank-{self.rank}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.folder / f"rank-{self.rank}.log"
+
+    def step(self, step: int, when: float | None = None) -> None:
+        """Record that this rank finished ``step``."""
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.folder / f".rank-{self.rank}.tmp-{os.getpid()}"
+        _write_new(tmp, f"{step}\n", append=False)
+        os.replace(tmp, self.current_file)
+        self._append(f"{_stamp(when)} {step} {self.host}\n")
+
+    def saved(self, seconds: float, when: float | None = None) -> None:
+        """Record a checkpoint that took ``seconds`` and ended at ``when`` (now)."""
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._append(f"{_stamp(when)} save {max(0.0, seconds):.3f}\n")
+
+    def _append(self, line: str) -> None:
+        _write_new(self.log_file, line, append=True)
+        with contextlib.suppress(OSError):
+            if self.log_file.stat().st_size > LOG_LIMIT:
+                self._thin()
+
+    def _thin(self) -> None:
+        """Keep every other report line (first and last kept) and every save line."""
+        lines = split_lines(self.log_file.read_text(encoding="utf-8", errors="replace"))
+        steps = [i for i, line in enumerate(lines) if " save " not in line]
+        keep = set(steps[::2]) | ({steps[-1]} if steps else set())
+        kept = [line for i, line in enumerate(lines) if i in keep or " save " in line]
+        tmp = self.folder / f".rank-{self.rank}.log.tmp-{os.getpid()}"
+        _write_new(tmp, "".join(line + "\n" for line in kept), append=False)
+        os.replace(tmp, self.log_file)
+
+
+def _stamp(when: float | None) -> str:
+    return f"{time.time() if when is None else when:.3f}"
+
+
+def _write_new(path: Path, text: str, *, append: bool) -> None:
+    """Write ``text`` in one ``write(2)``; a new file gets mode 0600 from the start."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+__all__ = [
+    "ENV_PROGRESS_DIR",
+    "LOG_LIMIT",
+    "ProgressWriter",
+    "Report",
+    "current_rank",
+    "parse_log",
+    "progress_dir",
+    "rank_of_log",
+]

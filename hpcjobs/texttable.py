@@ -1,0 +1,17 @@
+"""Plain text tables, as ``status``, ``history``, ``plan`` and ``report`` print them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain text table with left-aligned columns."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = [headers, *rows]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )

@@ -1,0 +1,329 @@
+"""``hpcjobs report``: accounting parsing, the goodput breakdown, progress files, telemetry,
+the page and the command, on recorded sandbox output and fakes (no Slurm)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hpcjobs.cli import cli
+from hpcjobs.jobs.chain import Chain, ChainRef, parse_chain
+from hpcjobs.report.accounting import RunUsage, parse_bytes, parse_cpu_time, parse_usage, sacct_argv
+from hpcjobs.report.build import GPUS_FROM_REQUEST, NO_PROGRESS, chain_report, collect
+from hpcjobs.report.compare import compare_reports, compare_text, tuning_vars
+from hpcjobs.report.goodput import PARTS, RunWindow, split_run
+from hpcjobs.report.gpu import parse_samples, summarize
+from hpcjobs.report.html import report_page
+from hpcjobs.runner import Result
+from hpcjobs.runtime.checkpoint import CheckpointDir
+from hpcjobs.runtime.progress import ProgressWriter, Report, parse_log
+from hpcjobs.slurm.client import SlurmClient
+from tests.unit.test_slurm_client import FakeRunner, ok
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "report"
+
+
+@pytest.fixture(autouse=True)
+def _utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The recorded sacct times are the sandbox's local time, UTC."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def recorded() -> tuple[list[RunUsage], Chain, dict[int, list[Report]]]:
+    usage = parse_usage((DATA / "sacct-preempted.txt").read_text())
+    chain = parse_chain((DATA / "chain-10.tsv").read_text())
+    progress = {rank: parse_log((DATA / f"rank-{rank}.log").read_text()) for rank in (0, 1)}
+    return usage, chain, progress
+
+
+# ---- accounting -------------------------------------------------------------------------------
+
+
+def test_recorded_sacct_gives_runs_with_gpus_and_steps() -> None:
+    usage = parse_usage((DATA / "sacct-preempted.txt").read_text())
+    assert [(u.job_id, u.elapsed_s, u.gpus, u.alloc_cpus) for u in usage] == [
+        ("10", 8, 2, 4),
+        ("12", 5, 2, 4),
+    ]
+    assert [s.name for s in usage[0].steps] == ["batch", "0"]
+    # The sandbox gathers no CPU time or memory: not measured, not zero.
+    assert usage[0].cpu_efficiency is None and usage[0].peak_memory is None
+
+
+def test_sacct_figures_as_seff_reads_them() -> None:
+    assert parse_cpu_time("1-02:03:04.500") == 93784.5
+    assert parse_cpu_time("03:04.250") == 184.25
+    assert parse_cpu_time("") is None
+    assert parse_bytes("2048K") == 2 * 1024 * 1024
+    assert parse_bytes("1.5G") == int(1.5 * 2**30)
+    assert parse_bytes("") is None
+    line = (
+        "7|7|COMPLETED|2026-12-01T10:00:00|2026-12-01T10:00:10|2026-12-01T10:01:50|100|"
+        "cpu=8,node=1|cpu=8,gres/gpu:h100=4,node=1|8|00:00:00|||1|n1|ann|proj|train\n"
+        "7.0|7.0|COMPLETED|2026-12-01T10:00:10|2026-12-01T10:00:10|2026-12-01T10:01:50|100|"
+        "cpu=8,node=1||8|06:40.000|2G|n1|1|n1|||python\n"
+    )
+    (run,) = parse_usage(line)
+    assert run.gpus is None and run.requested_gpus == 4
+    assert run.cpu_efficiency == pytest.approx(400 / 800)
+    assert run.peak_memory == (2 * 2**30, "n1")
+
+
+def test_one_sacct_for_ids_or_a_window() -> None:
+    argv = sacct_argv(["12", "13_2"])
+    assert argv[:5] == ["sacct", "-D", "-P", "-n", "-o"] and argv[-2:] == ["-j", "12,13_2"]
+    window = sacct_argv(None, user="ann", since="now-1days", account="proj")
+    assert window[-6:] == ["-u", "ann", "-S", "now-1days", "-A", "proj"]
+
+
+# ---- the breakdown ----------------------------------------------------------------------------
+
+
+def test_recorded_chain_parts_add_up_and_redone_matches_the_event_log() -> None:
+    usage, chain, progress = recorded()
+    report = chain_report("10", usage, chain, progress)
+    assert report.allocated_s == (8 + 5) * 2
+    assert report.allocated_gpu_hours == pytest.approx(26 / 3600)
+    for run in report.runs:
+        assert run.parts is not None
+        assert sum(run.parts.seconds.values()) == pytest.approx(run.elapsed_s)
+    assert sum(report.part_s(p) or 0 for p in PARTS) == pytest.approx(report.allocated_s)
+    assert report.redone_steps == report.steps_lost_event_log == 2
+    assert report.runs[0].cause == "preemption" and report.runs[0].signal_at is not None
+    assert report.queue_wait_s == 1.0 and report.gaps_s == [9.0]
+    stats = report.step_stats()
+    assert stats["ranks"] == 2 and stats["median_s"] == pytest.approx(0.101, abs=0.005)
+    assert report.summary_line().startswith("Report: goodput ")
+
+
+def test_startup_redone_checkpoint_stall_warning_and_tail() -> None:
+    reports = [Report(105.0, 10)]
+    reports += [Report(105.0 + i, 10 + i) for i in range(1, 11)]  # steps 11-20, 1 s each
+    reports += [Report(117.0, None, save_s=1.0), Report(117.0, 21)]  # a 1 s save before 21
+    reports += [Report(130.0, 22)]  # a 13 s gap: a stall of 12 s
+    run = RunWindow("5", 1, 100.0, 140.0, 4, signal_at=135.0)
+    parts = split_run(run, reports, 15, chain_has_progress=True)
+    assert parts is not None
+    s = parts.seconds
+    assert s["startup"] == 5.0
+    assert s["redone"] == pytest.approx(5.0)  # steps 11-15 were reached before
+    assert s["checkpoint"] == pytest.approx(1.0)
+    assert s["stall"] == pytest.approx(12.0)
+    assert s["goodput"] == pytest.approx(5.0 + 1.0 + 1.0)  # 16-20, 21, 22's share
+    assert s["warning"] == pytest.approx(5.0) and s["tail"] == pytest.approx(5.0)
+    assert sum(s.values()) == pytest.approx(run.elapsed)
+    assert parts.redone_steps == 6 and parts.steps == 13  # steps 10-15
+
+
+def test_a_run_without_progress_is_start_up_and_no_progress_means_no_goodput() -> None:
+    run = RunWindow("5", 0, 0.0, 30.0, 1)
+    parts = split_run(run, [], None, chain_has_progress=True)
+    assert parts is not None and parts.seconds["startup"] == 30.0
+    assert split_run(run, [], None, chain_has_progress=False) is None
+    usage, chain, _ = recorded()
+    report = chain_report("10", usage, chain, {})
+    assert report.goodput is None and NO_PROGRESS in report.notes
+    assert report.allocated_s == 26
+    assert "goodput unknown" in report.summary_line()
+
+
+def test_gpus_from_the_request_where_accounting_has_none() -> None:
+    text = (DATA / "sacct-preempted.txt").read_text().replace("gres/gpu=2,", "")
+    usage = parse_usage(text)
+    _, chain, progress = recorded()
+    report = chain_report("10", usage, chain, progress, requested_gpus=2)
+    assert [r.gpus_source for r in report.runs] == ["request", "request"]
+    assert report.allocated_s == 26 and GPUS_FROM_REQUEST in report.notes
+
+
+# ---- progress files ---------------------------------------------------------------------------
+
+
+def test_note_progress_writes_the_rank_files_privately(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HPCJOBS_PROGRESS_DIR", str(tmp_path / "progress"))
+    monkeypatch.setenv("RANK", "3")
+    ckpt = CheckpointDir(tmp_path / "ck")
+    ckpt.note_progress(7)
+    with ckpt.save(7) as folder:
+        (folder / "x").write_text("x")
+    ckpt.note_progress(8)
+    folder = tmp_path / "progress"
+    assert (folder / "rank-3").read_text() == "8\n"
+    reports = parse_log((folder / "rank-3.log").read_text())
+    assert [r.step for r in reports] == [7, None, 8] and reports[1].save_s is not None
+    assert ckpt.progress() == 8  # the PROGRESS file history reads is still written
+    for name in ("rank-3", "rank-3.log"):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+def test_a_long_log_is_thinned_but_keeps_its_span(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hpcjobs.runtime.progress
+
+    monkeypatch.setattr(hpcjobs.runtime.progress, "LOG_LIMIT", 4096)
+    writer = ProgressWriter(tmp_path, rank=0)
+    log, step, biggest = tmp_path / "rank-0.log", 0, 0
+    while True:
+        writer.step(step, when=1000.0 + step)
+        size = log.stat().st_size
+        if size < biggest:
+            break  # thinned
+        biggest = size
+        step += 1
+    assert biggest > 4096 - 40
+    size = (tmp_path / "rank-0.log").stat().st_size
+    reports = parse_log((tmp_path / "rank-0.log").read_text())
+    assert size <= 4096
+    assert reports[0].step == 0 and reports[-1].step == step
+
+
+def test_progress_lines_from_other_programs() -> None:
+    text = "1700000000.5 12 n3\n1700000001 13\n1700000002 save 0.75\ngarbage\n17 x\n"
+    assert parse_log(text) == [
+        Report(1700000000.5, 12, "n3"),
+        Report(1700000001.0, 13),
+        Report(1700000002.0, None, save_s=0.75),
+    ]
+
+
+# ---- telemetry --------------------------------------------------------------------------------
+
+
+def test_nvidia_smi_samples_and_idle_gpus() -> None:
+    n1 = parse_samples((DATA / "nvidia-smi-query-gpu.csv").read_text())
+    n2 = parse_samples((DATA / "nvidia-smi-query-gpu-n2.csv").read_text())
+    assert len(n1) == 7  # the line cut short is skipped
+    assert n1[4].util is None  # [N/A]
+    summary = summarize({"n1": n1, "n2": n2})
+    assert summary is not None
+    by = {(g.host, g.index): g for g in summary.gpus}
+    assert by[("n1", 0)].mean_util == pytest.approx((97 + 95 + 99) / 3)
+    assert by[("n1", 0)].max_mem_used_mib == 62004
+    assert [(g.host, g.index) for g in summary.idle] == [("n1", 1)]
+    assert summarize({}) is None
+
+
+def test_the_sampler_asks_for_the_fields_the_parser_reads() -> None:
+    from hpcjobs.report.gpu import QUERY
+
+    library = (Path(__file__).resolve().parents[2] / "templates/lib/requeue.bash").read_text()
+    assert f"--query-gpu={QUERY} " in library
+
+
+def test_gpu_sampler_interval_from_the_site_and_off_without_gpus() -> None:
+    from hpcjobs.config.loader import load_site
+    from hpcjobs.script.jobspec import parse_spec
+    from hpcjobs.script.render import render_job
+
+    site = load_site("sandbox")
+
+    def script(**fields: object) -> str:
+        spec = parse_spec({"nodes": 1, "command": ["python", "t.py"], **fields})
+        return str(render_job(spec, site).script)
+
+    assert "export HPCJOBS_GPU_MONITOR_INTERVAL=30\n" in script(gpus_per_node=1)
+    assert "export HPCJOBS_GPU_MONITOR_INTERVAL=0\n" in script(gpus_per_node=1, gpu_monitor=False)
+    assert "export HPCJOBS_GPU_MONITOR_INTERVAL=0\n" in script(gpus_per_node=0)
+
+
+# ---- page, comparison, command ----------------------------------------------------------------
+
+
+def test_page_escapes_names_and_is_self_contained() -> None:
+    usage, chain, progress = recorded()
+    for run in usage:
+        run.name = '<script>alert("x")</script>'
+    report = chain_report("10", usage, chain, progress)
+    page = report_page([report])
+    assert "<script" not in page and "&lt;script&gt;" in page
+    assert 'data-run="0" data-job="10"' in page and 'data-run="1" data-job="12"' in page
+    assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_compare_side_by_side() -> None:
+    usage, chain, progress = recorded()
+    a = chain_report("10", usage, chain, progress)
+    b = chain_report("10", usage, chain, {})
+    diffs = [{"what": "NCCL_IB_HCA", "a": "=mlx5_0 (topology x)", "b": "(unset)"}]
+    data = compare_reports(a, b, diffs)
+    rows = {r["what"]: r for r in data["rows"]}
+    assert rows["goodput (%)"]["b"] == "-" and rows["runs"]["change"] == "+0"
+    text = compare_text(data)
+    assert "NCCL_IB_HCA" in text and "Before/after" in text
+    script = "export NCCL_IB_HCA='=mlx5_0:1'  # topology sandbox-node\nexport FOO=1\n"
+    assert tuning_vars(script) == {"NCCL_IB_HCA": "'=mlx5_0:1' (topology sandbox-node)"}
+
+
+def test_collect_makes_one_sacct_for_every_chain(tmp_path: Path) -> None:
+    text = (DATA / "sacct-preempted.txt").read_text()
+    runner = FakeRunner().add("sacct", ok(text)).add("find", Result(("find",), 0, "", ""))
+    chain = parse_chain((DATA / "chain-10.tsv").read_text())
+    refs = {"10": ChainRef("10", str(tmp_path), chain), "99": None}
+    reports = collect(SlurmClient(runner), runner, refs)
+    assert runner.count("sacct") == 1
+    (sacct,) = [c for c in runner.calls if c[0] == "sacct"]
+    assert sacct[-1] == "10,12,99"
+    assert [len(r.runs) for r in reports] == [2, 0]
+
+
+def test_report_needs_jobs_or_a_window() -> None:
+    result = CliRunner().invoke(cli, ["report"])
+    assert result.exit_code == 2 and "name the jobs" in result.output
+    result = CliRunner().invoke(cli, ["report", "12", "--since", "now-1days"])
+    assert result.exit_code == 2
+    result = CliRunner().invoke(cli, ["report", "x1"])
+    assert result.exit_code == 2 and "not a job id" in result.output
+
+
+def test_report_command_on_a_fake_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcjobs.cli import report as report_cli
+    from hpcjobs.jobs.records import remember, write_record
+
+    (tmp_path / "chain-10.tsv").write_text((DATA / "chain-10.tsv").read_text())
+    progress = tmp_path / "progress-10"
+    progress.mkdir()
+    for rank in (0, 1):
+        (progress / f"rank-{rank}.log").write_text((DATA / f"rank-{rank}.log").read_text())
+    record = tmp_path / "record.json"
+    write_record(record, {"spec": {"nodes": 2, "gpus_per_node": 1}})
+    remember(["10"], record, output_dir=str(tmp_path))
+    runner = FakeRunner().add("sacct", ok((DATA / "sacct-preempted.txt").read_text()))
+    runner.add("cat", lambda argv: Result(tuple(argv), 0, Path(argv[1]).read_text(), ""))
+    client = SlurmClient(runner)
+    monkeypatch.setattr(report_cli, "slurm_access", lambda ctx, host: (runner, client))
+    runner.add("find", lambda argv: Result(tuple(argv), 0, _grep(Path(argv[1]), argv[5]), ""))
+    page = tmp_path / "page.html"
+    result = CliRunner().invoke(cli, ["report", "10", "--json", "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    (data,) = json.loads(result.output)["chains"]
+    assert data["job_ids"] == ["10", "12"] and data["redone_steps"] == 2
+    assert stat.S_IMODE(os.stat(page).st_mode) == 0o600
+    text = CliRunner().invoke(cli, ["report", "10"])
+    assert "Steps: redone 2 (event log: 2)" in text.output
+    line = CliRunner().invoke(cli, ["report", "--line", "10"])
+    assert line.output.startswith("10: Report: goodput ")
+
+
+def _grep(folder: Path, pattern: str) -> str:
+    """What ``find FOLDER -name PATTERN -exec grep -H '' {} +`` prints."""
+    if not folder.is_dir():
+        return ""
+    lines = []
+    for path in sorted(folder.glob(pattern)):
+        lines += [f"{path}:{line}" for line in path.read_text().splitlines()]
+    return "".join(line + "\n" for line in lines)
