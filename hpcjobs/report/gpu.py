@@ -1,11 +1,12 @@
 """GPU telemetry: the samples a job's GPU sampler writes, and what they say per GPU.
 
-The batch script starts, on each node where ``nvidia-smi`` exists (and unless the job was
-submitted with ``--no-gpu-monitor``), one sampler::
+The batch script starts, on each node of the job where ``nvidia-smi`` exists (and unless the
+job was submitted with ``--no-gpu-monitor``), one sampler (on a multi-node job, in a job step of
+its own that overlaps the job's others, ``srun --overlap``, one task per node)::
 
     nvidia-smi --query-gpu=<QUERY> --format=csv,noheader,nounits -l <interval>
 
-appending to ``<output dir>/gpu-<chain root>/<host>.csv`` (mode 0600, folder 0700), next to the
+appending to ``<output dir>/gpu-<chain root>/<node>.csv`` (the Slurm node name) (mode 0600, folder 0700), next to the
 chain's event log. Without ``nvidia-smi`` nothing is written and the report says "no telemetry";
 numbers are never made up.
 """
@@ -20,10 +21,11 @@ from typing import Any
 
 from hpcjobs.errors import HpcJobsError
 from hpcjobs.runner import LocalRunner, Runner
+from hpcjobs.runtime.checkpoint import GPU_QUERY
 from hpcjobs.textlines import split_lines
 
-#: The fields the sampler asks for, in this order (templates/lib/requeue.bash repeats it).
-QUERY = "timestamp,index,uuid,utilization.gpu,memory.used,memory.total"
+#: The fields the sampler asks for, in this order (the batch script gets them from the renderer).
+QUERY = GPU_QUERY
 #: A GPU whose mean utilisation stays below this (percent) sat idle.
 IDLE_UTIL = 5.0
 

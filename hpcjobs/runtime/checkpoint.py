@@ -51,6 +51,9 @@ ENV_DIR = "HPCJOBS_CHECKPOINT_DIR"
 ENV_PROGRESS_DIR = "HPCJOBS_PROGRESS_DIR"
 #: Seconds between GPU telemetry samples in the job; 0 turns the sampler off (hpcjobs.report.gpu).
 ENV_GPU_INTERVAL = "HPCJOBS_GPU_MONITOR_INTERVAL"
+#: The ``nvidia-smi --query-gpu`` fields the job's sampler asks for, in this order.
+ENV_GPU_QUERY = "HPCJOBS_GPU_QUERY"
+GPU_QUERY = "timestamp,index,uuid,utilization.gpu,memory.used,memory.total"
 #: The file in a checkpoint folder that names the run owning it (see :mod:`hpcjobs.jobs.runfolder`).
 RUN_FILE = "RUN"
 #: What the batch script exports: this job's run fingerprint, and the RUN file it must match.

@@ -23,7 +23,7 @@ from hpcjobs.jobs.runfolder import (
     fingerprint,
     run_identity,
 )
-from hpcjobs.runtime.checkpoint import ENV_GPU_INTERVAL
+from hpcjobs.runtime.checkpoint import ENV_GPU_INTERVAL, ENV_GPU_QUERY, GPU_QUERY
 from hpcjobs.runtime.distributed import PORT_BASE, PORT_SPAN
 from hpcjobs.script.binding import BindingPlan, plan_binding
 from hpcjobs.script.jobspec import JobSpec, Where, resolve_spec
@@ -232,6 +232,7 @@ def _context(
         EnvVar("HPCJOBS_CHECKPOINT_DIR", job.checkpoint_dir or "", "hpcjobs"),
         EnvVar("HPCJOBS_SIGNAL", job.requeue.signal or "", "hpcjobs"),
         EnvVar(ENV_GPU_INTERVAL, str(_gpu_interval(job, site)), "hpcjobs"),
+        EnvVar(ENV_GPU_QUERY, GPU_QUERY, "hpcjobs"),
         EnvVar(ENV_FINGERPRINT, run_print, "hpcjobs"),
         EnvVar(ENV_RUN_FILE, f"{job.checkpoint_dir}/{RUN_FILE}", "hpcjobs"),
     ]

@@ -135,25 +135,30 @@ def preempted(site: Site) -> tuple[str, Path, Chain]:
     wait_for("step 36", lambda: (ckpt.progress() or 0) >= 36, 90, every=0.1)
     preemptor = site.slurm("sbatch", "--parsable", "-p", "urgent", "-N", "3", "--exclusive",
                            "-J", "preemptor", "-o", "/dev/null", "--wrap", "sleep 5")  # fmt: skip
-    site.jobs.append(preemptor.strip().split(";")[0])
+    preemptor_id = preemptor.strip().split(";")[0]
+    site.jobs.append(preemptor_id)
     chain = site.ended(out / f"chain-{job_id}.tsv")
+    # Gone before the next test's job, which it would preempt too.
+    wait_for("the preemptor to leave the queue", partial(site.gone, preemptor_id), 120)
     return job_id, out, chain
 
 
 def test_report_of_a_chain_preempted_once(site: Site, preempted: tuple[str, Path, Chain]) -> None:
     root, _, chain = preempted
     stops = chain.interruptions()
-    assert [s.cause for s in stops] == ["preemption"], chain.events
+    # Preempted once by design; a second time when the scheduler started the continuation on
+    # the freed nodes before the still-pending preemptor (a race of the loaded 2-core host).
+    assert {s.cause for s in stops} == {"preemption"} and 1 <= len(stops) <= 2, chain.events
     assert chain.final is not None and chain.final.cause == "finish"
     runs = site.elapsed_gpu_seconds(chain.job_ids)
-    assert len(runs) == 2, runs
+    assert len(runs) == len(stops) + 1, runs
     (report,) = site.report(root)["chains"]
 
     # Allocated time is accounting's: elapsed x GPUs of every run, within a second.
     expected = sum(elapsed * gpus for _, elapsed, gpus in runs)
     assert abs(report["allocated_s"] - expected) <= 1.0, (report["allocated_s"], runs)
     assert report["allocated_gpu_hours"] == pytest.approx(expected / 3600, abs=1 / 3600)
-    assert [r["gpus"] for r in report["runs"]] == [2, 2]
+    assert [r["gpus"] for r in report["runs"]] == [2] * len(runs)
     assert all(r["gpus_source"] == "accounting" for r in report["runs"])
     # The parts add up to the allocated time, run by run and in total.
     for run, (_, elapsed, _) in zip(report["runs"], runs, strict=True):
@@ -162,18 +167,18 @@ def test_report_of_a_chain_preempted_once(site: Site, preempted: tuple[str, Path
     assert sum(report["shares"].values()) == pytest.approx(1.0, abs=1e-9)
     # Redone steps: exactly what the event log says was lost (progress at the stop minus the
     # checkpoint resumed from), and more than none (the workload does not save on the signal).
-    lost = stops[0].steps_lost
-    assert lost is not None and lost >= 11, stops
+    lost = sum(s.steps_lost or 0 for s in stops)
+    assert lost >= 11 and all(s.steps_lost is not None for s in stops), stops
     assert report["redone_steps"] == lost == report["steps_lost_event_log"], report
     assert report["parts_s"]["redone"] > 0
     assert report["runs"][0]["signal_at"] is not None
     assert 0.3 < report["goodput"] < 1.0, report["shares"]
     assert report["step_time"]["median_s"] == pytest.approx(0.1, abs=0.05)
-    assert len(report["gaps_s"]) == 1 and report["gaps_s"][0] >= 0
+    assert len(report["gaps_s"]) == len(stops) and min(report["gaps_s"]) >= 0
     # The terminal table says the same.
     text = site.hpcjobs("report", root)
     assert text.returncode == 0, text.stderr
-    assert f"Chain {root} (report-preempt): 2 runs" in text.stdout
+    assert f"Chain {root} (report-preempt): {len(runs)} runs" in text.stdout
     assert f"Steps: redone {lost} (event log: {lost})" in text.stdout
 
 
@@ -281,3 +286,56 @@ def read_png(path: Path) -> tuple[int, int, list[tuple[int, int, int]]]:
         prev = line
     pixels = [(row[i], row[i + 1], row[i + 2]) for row in rows for i in range(0, stride, bpp)]
     return width, height, pixels
+
+
+#: A stand-in for nvidia-smi on the sandbox's nodes (it has no GPUs): answers the sampler's
+#: query as the real one does (one line per GPU every -l seconds) with the Slurm node's name in
+#: the UUID (the sandbox's nodes share one host name), so the test can tell where each ran.
+FAKE_NVIDIA_SMI = r"""#!/bin/bash
+every=1
+while (($#)); do [[ $1 == -l ]] && every=$2; shift; done
+while :; do
+    now=$(date '+%Y/%m/%d %H:%M:%S.000')
+    printf '%s, 0, GPU-%s-0, 80, 1000, 81559\n' "$now" "$SLURMD_NODENAME"
+    sleep "$every"
+done
+"""
+
+
+def test_gpu_samples_come_from_every_node(site: Site) -> None:
+    """A 2-node job samples GPUs on both nodes (the batch node's sampler alone saw half)."""
+    import yaml
+
+    from hpcjobs.resources import site_configs_dir
+
+    stub = site.folder / "fake-bin"
+    stub.mkdir(mode=0o755)
+    (stub / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    os.chmod(stub / "nvidia-smi", 0o755)
+    config = yaml.safe_load((site_configs_dir() / "sandbox.yaml").read_text())
+    config["monitoring"] = {"gpu_interval": 1}
+    site_file = site.folder / "sandbox-sampled.yaml"
+    site_file.write_text(yaml.safe_dump(config))
+    out = site.folder / "gpu-sampled"
+    out.mkdir(mode=0o755)
+    env = {**site.env, "PATH": f"{stub}:{site.env['PATH']}"}
+    argv = [HPCJOBS, "--site", str(site_file), "submit", "-J", "gpu-sampled", "--output-dir",
+            str(out), "-N", "2", "--gpus-per-node", "1", "-t", "5:00", "--wait",
+            "--", PYTHON, WORKLOAD, "--steps", "40", "--step-time", "0.1"]  # fmt: skip
+    proc = subprocess.run(argv, env=env, cwd=out, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    root = proc.stdout.split()[0]
+    site.jobs.append(root)
+    site.ended(out / f"chain-{root}.tsv")
+    files = sorted(p.name for p in (out / f"gpu-{root}").iterdir())
+    nodes = site.slurm("sacct", "-X", "-n", "-P", "-j", root, "-o", "NodeList").split()[0]
+    expanded = site.slurm("scontrol", "show", "hostnames", nodes).split()
+    assert files == sorted(f"{n}.csv" for n in expanded), (files, expanded)
+    for name in files:
+        assert (out / f"gpu-{root}" / name).stat().st_mode & 0o777 == 0o600
+    (report,) = site.report(root)["chains"]
+    print(json.dumps(report["gpu"], indent=1)[:1500])
+    gpus = report["gpu"]["gpus"]
+    assert {(gpu["host"], gpu["uuid"]) for gpu in gpus} == {(n, f"GPU-{n}-0") for n in expanded}
+    assert all(gpu["samples"] >= 2 for gpu in gpus), gpus
+    assert report["gpu"]["idle"] == 0

@@ -25,6 +25,7 @@ export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/torchrun-large
 export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/torchrun-large/checkpoints
 export HPCJOBS_SIGNAL=USR2
 export HPCJOBS_GPU_MONITOR_INTERVAL=30
+export HPCJOBS_GPU_QUERY=timestamp,index,uuid,utilization.gpu,memory.used,memory.total
 export HPCJOBS_RUN_FINGERPRINT=ff549f6c294af39755e6
 export HPCJOBS_RUN_FILE=/home/user/hpcjobs/runs/torchrun-large/checkpoints/RUN
 export PYTHONUNBUFFERED=1  # hpcjobs: logs reach the output file as they are written
@@ -346,17 +347,27 @@ hpcjobs_check_checkpoint_dir() {
     fi
 }
 
-# hpcjobs_gpu_monitor: sample this node's GPUs for 'hpcjobs report' every
-# HPCJOBS_GPU_MONITOR_INTERVAL seconds (0: off), into gpu-<root>/<host>.csv next to the event
-# log, while the job runs. The fields are hpcjobs.report.gpu.QUERY. Only where nvidia-smi exists.
+# hpcjobs_gpu_monitor: sample the job's GPUs for 'hpcjobs report' every
+# HPCJOBS_GPU_MONITOR_INTERVAL seconds (0: off), the fields HPCJOBS_GPU_QUERY, into
+# gpu-<root>/<host>.csv next to the event log, while the job runs; only where nvidia-smi exists.
+# On more than one node the samplers run in a job step of their own, one task per node, that
+# overlaps the job's other steps (srun --overlap shares CPUs, memory and GPUs with them).
 hpcjobs_gpu_monitor() {
-    local every=${HPCJOBS_GPU_MONITOR_INTERVAL:-0} folder
-    [[ $every =~ ^[0-9]+$ ]] && ((every > 0)) || return 0
+    local every=${HPCJOBS_GPU_MONITOR_INTERVAL:-0} folder nodes=${SLURM_JOB_NUM_NODES:-1}
+    [[ $every =~ ^[0-9]+$ ]] && ((every > 0)) && [[ -n ${HPCJOBS_GPU_QUERY:-} ]] || return 0
     command -v nvidia-smi >/dev/null 2>&1 || return 0
     folder=$HPCJOBS_RUN_DIR/gpu-$HPCJOBS_CHAIN_ROOT
     (umask 077 && mkdir -p -- "$folder") 2>/dev/null || return 0
-    (umask 077 && exec nvidia-smi --query-gpu=timestamp,index,uuid,utilization.gpu,memory.used,memory.total \
-        --format=csv,noheader,nounits -l "$every" >>"$folder/$(hostname -s).csv" 2>/dev/null) &
+    local sample=(nvidia-smi "--query-gpu=$HPCJOBS_GPU_QUERY" "--format=csv,noheader,nounits" -l "$every")
+    # shellcheck disable=SC2016 # expanded by the bash on each node
+    local per_node='exec "$@" >>"$0/$(hostname -s).csv" 2>/dev/null'
+    if [[ $nodes =~ ^[0-9]+$ ]] && ((nodes > 1)) && command -v srun >/dev/null 2>&1; then
+        (umask 077 && exec srun --overlap --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 \
+            --job-name=hpcjobs-gpu-monitor --kill-on-bad-exit=0 --quiet \
+            bash -c "$per_node" "$folder" "${sample[@]}" 2>/dev/null) &
+    else
+        (umask 077 && exec bash -c "$per_node" "$folder" "${sample[@]}") &
+    fi
     hpcjobs_gpu_pid=$!
 }
 
