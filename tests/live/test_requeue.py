@@ -70,7 +70,11 @@ class Cluster:
     # ---- submitting --------------------------------------------------------------------------
 
     def submit(self, name: str, *options: str, steps: int, extra: tuple[str, ...] = ()) -> Job:
-        """``hpcjobs --site sandbox submit`` the workload; returns the job and its folders."""
+        """``hpcjobs --site sandbox submit`` the workload; returns the job and its folders.
+
+        Waits first until no preemptor of an earlier test is left in the queue: one still
+        pending would preempt this job too."""
+        wait_for("earlier preemptors to leave the queue", self._no_preemptor, 120)
         out = self.folder / name
         out.mkdir(mode=0o755)
         result = out / "result.json"
@@ -99,6 +103,9 @@ class Cluster:
         job_id = out.strip().split(";")[0]
         self.jobs.append(job_id)
         return job_id
+
+    def _no_preemptor(self) -> bool:
+        return not self.slurm("squeue", "-h", "-n", "preemptor", "-o", "%i").strip()
 
     # ---- watching ----------------------------------------------------------------------------
 
