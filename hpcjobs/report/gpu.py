@@ -6,9 +6,9 @@ its own that overlaps the job's others, ``srun --overlap``, one task per node)::
 
     nvidia-smi --query-gpu=<QUERY> --format=csv,noheader,nounits -l <interval>
 
-appending to ``<output dir>/gpu-<chain root>/<node>.csv`` (the Slurm node name) (mode 0600, folder 0700), next to the
-chain's event log. Without ``nvidia-smi`` nothing is written and the report says "no telemetry";
-numbers are never made up.
+appending to ``<output dir>/gpu-<chain root>/<node>.csv`` (the Slurm node name; mode 0600,
+folder 0700), next to the chain's event log. Without ``nvidia-smi`` nothing is written and the
+report says "no telemetry"; numbers are never made up.
 """
 
 from __future__ import annotations
