@@ -20,6 +20,7 @@ run; a chain without any report gets no breakdown at all (``None``).
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -132,22 +133,34 @@ def split_run(
             if reached_before is not None and report.step <= reached_before:
                 parts.redone_steps += 1
     parts.steps = len(seen)
+    # One pass over the step pairs, summing locally (a long run has hundreds of thousands of
+    # reports); saves are found by bisection over their end times.
+    save_times = sorted(r.time for r in saves)
+    checkpoint = stalled = goodput = redone_s = 0.0
+    stall_above = STALL_FACTOR * median
     for before, after in pairwise(steps):
         assert after.step is not None
         t0, t1 = min(max(before.time, first), last), min(max(after.time, first), last)
         gap = t1 - t0
-        saved = min(gap, _saves_between(saves, t0, t1))
-        parts.add("checkpoint", saved)
+        saved = 0.0
+        if save_times and bisect_right(save_times, t1) > bisect_right(save_times, t0):
+            saved = min(gap, _saves_between(saves, t0, t1))
+            checkpoint += max(0.0, saved)
         rest = gap - saved
         stall = 0.0
-        if median > 0 and rest > STALL_FACTOR * median and rest - median >= STALL_MIN_S:
+        if median > 0 and rest > stall_above and rest - median >= STALL_MIN_S:
             stall = rest - median
-        parts.add("stall", stall)
-        work = rest - stall
-        redone = reached_before is not None and after.step <= reached_before
-        if redone:
+            stalled += max(0.0, stall)
+        work = max(0.0, rest - stall)
+        if reached_before is not None and after.step <= reached_before:
             parts.redone_until = t1
-        parts.add("redone" if redone else "goodput", work)
+            redone_s += work
+        else:
+            goodput += work
+    parts.add("checkpoint", checkpoint)
+    parts.add("stall", stalled)
+    parts.add("redone", redone_s)
+    parts.add("goodput", goodput)
     tail = run.end - last
     saved = min(tail, _saves_between(saves, last, run.end + 1.0))
     parts.add("checkpoint", saved)

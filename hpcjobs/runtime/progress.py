@@ -36,8 +36,8 @@ import os
 import re
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from hpcjobs.runtime.checkpoint import ENV_PROGRESS_DIR
 from hpcjobs.textlines import split_lines
@@ -62,9 +62,10 @@ def current_rank() -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class Report:
-    """One line of a rank's log: a step finished, or a checkpoint saved (``save`` seconds)."""
+class Report(NamedTuple):
+    """One line of a rank's log: a step finished, or a checkpoint saved (``save`` seconds).
+
+    A named tuple: a report over long runs reads hundreds of thousands of them."""
 
     time: float
     step: int | None
@@ -74,18 +75,19 @@ class Report:
 
 def parse_log(text: str) -> list[Report]:
     """The reports in a rank's log, in file order; malformed lines are skipped."""
-    reports = []
+    reports: list[Report] = []
+    append = reports.append
     for line in split_lines(text):
         parts = line.split()
-        if len(parts) < 2:
+        count = len(parts)
+        if count < 2:
             continue
+        what = parts[1]
         try:
-            when = float(parts[0])
-            if parts[1] == "save" and len(parts) >= 3:
-                reports.append(Report(when, None, save_s=max(0.0, float(parts[2]))))
-            elif parts[1].isdigit():
-                host = parts[2] if len(parts) >= 3 else ""
-                reports.append(Report(when, int(parts[1]), host))
+            if what.isdigit():
+                append(Report(float(parts[0]), int(what), parts[2] if count >= 3 else ""))
+            elif what == "save" and count >= 3:
+                append(Report(float(parts[0]), None, save_s=max(0.0, float(parts[2]))))
         except ValueError:
             continue
     return reports
