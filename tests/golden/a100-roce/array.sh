@@ -338,7 +338,8 @@ hpcjobs_check_checkpoint_dir() {
 
 # hpcjobs_gpu_monitor: sample the job's GPUs for 'hpcjobs report' every
 # HPCJOBS_GPU_MONITOR_INTERVAL seconds (0: off), the fields HPCJOBS_GPU_QUERY, into
-# gpu-<root>/<host>.csv next to the event log, while the job runs; only where nvidia-smi exists.
+# gpu-<root>/<node>.csv next to the event log (the Slurm node name), while the job runs; only
+# where nvidia-smi exists.
 # On more than one node the samplers run in a job step of their own, one task per node, that
 # overlaps the job's other steps (srun --overlap shares CPUs, memory and GPUs with them).
 hpcjobs_gpu_monitor() {
@@ -349,7 +350,7 @@ hpcjobs_gpu_monitor() {
     (umask 077 && mkdir -p -- "$folder") 2>/dev/null || return 0
     local sample=(nvidia-smi "--query-gpu=$HPCJOBS_GPU_QUERY" "--format=csv,noheader,nounits" -l "$every")
     # shellcheck disable=SC2016 # expanded by the bash on each node
-    local per_node='exec "$@" >>"$0/$(hostname -s).csv" 2>/dev/null'
+    local per_node='exec "$@" >>"$0/${SLURMD_NODENAME:-$(hostname -s)}.csv" 2>/dev/null'
     if [[ $nodes =~ ^[0-9]+$ ]] && ((nodes > 1)) && command -v srun >/dev/null 2>&1; then
         (umask 077 && exec srun --overlap --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 \
             --job-name=hpcjobs-gpu-monitor --kill-on-bad-exit=0 --quiet \
