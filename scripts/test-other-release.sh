@@ -50,6 +50,6 @@ if [[ $(cat "$root$rvenv/.hpcjobs-stamp" 2>/dev/null || true) != "$stamp" ]]; th
     echo "$stamp" >"$root$rvenv/.hpcjobs-stamp"
 fi
 echo "== pytest (live, $other, inside $root)" >&2
-chroot "$root" "${clean[@]}" "CI=${CI:-}" "HPCJOBS_TEST_SANDBOX_DIR=$state/data" \
+chroot "$root" "${clean[@]}" "CI=${CI:-}" "HPCJOBS_TEST_SANDBOX_DIR=$state/data" HPCJOBS_TEST_OTHER_RELEASE=1 \
     "HPCJOBS_TEST_PORT_BASE=$ports" /usr/bin/env --chdir="$repo" \
     "$rvenv/bin/python" -m pytest -p no:cacheprovider tests/live "$@"
