@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from hpcjobs.slurm.client import SlurmClient, check_job_ids
-from hpcjobs.slurm.parse import base_state, parse_timestamp
+from hpcjobs.slurm.parse import base_state, parse_duration, parse_timestamp
 from hpcjobs.textlines import split_lines
 
 #: sacct fields for the report; ``JobName`` last: it is free text and may contain ``|``.
@@ -40,7 +40,6 @@ FIELDS = (
 )
 
 _STEP = re.compile(r"^(\d+(?:_\d+)?)\.(\S+)$")
-_CPU_TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -227,12 +226,16 @@ def parse_tres(text: str) -> dict[str, str]:
 
 
 def parse_cpu_time(text: str) -> float | None:
-    """Seconds from sacct's ``[D-][HH:]MM:SS[.mmm]`` CPU times; None when empty."""
-    match = _CPU_TIME.match(text.strip())
-    if not match:
+    """Seconds from sacct's ``[D-][HH:]MM:SS[.mmm]`` CPU times; None when empty.
+
+    The whole seconds come from Slurm's one duration parser (:func:`parse_duration`); only the
+    fraction, which CPU times carry, is added here.
+    """
+    whole, _, fraction = text.strip().partition(".")
+    seconds = parse_duration(whole)
+    if seconds is None or (fraction and not fraction.isdigit()):
         return None
-    days, hours, minutes = (int(g) if g else 0 for g in match.groups()[:3])
-    return ((days * 24 + hours) * 60 + minutes) * 60 + float(match.group(4))
+    return seconds + (float(f"0.{fraction}") if fraction else 0.0)
 
 
 def parse_bytes(text: str) -> int | None:
