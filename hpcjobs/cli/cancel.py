@@ -60,6 +60,9 @@ def cancel(
         later = [j for j in ref.chain.job_ids if j != root and j not in ids]
         if later and ref.chain.final is None:
             ids += later if signal is None else [ref.current]
+        standby = ref.chain.standby_for(ref.current)
+        if signal is None and ref.chain.final is None and standby and standby not in ids:
+            ids.append(standby)  # the current run's standby must not start after a cancel
     # A chain's newest job that is pending never runs its script, so nothing would log the
     # chain's end: note which ones are pending now (one squeue for all), and log it below.
     open_chains = [ref for ref in chains.values() if ref.chain.final is None]

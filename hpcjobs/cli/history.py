@@ -31,9 +31,11 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
     next. Needs accounting; exits 3 if it has no record of the job.
 
     For a job hpcjobs submitted, JOBID is the first job of its chain: continuations after a
-    preemption or timeout are listed too, and INTERRUPTIONS shows for each stop its cause, the
-    checkpoint step the next run resumed from, the steps redone (work lost) and the resume
-    latency (end of the stopped run to the start of the next). Result is the chain's end from
+    preemption, timeout or fault are listed too, and INTERRUPTIONS shows for each stop its cause,
+    the checkpoint step the next run resumed from, the steps redone (work lost), the resume
+    latency (end of the stopped run to the start of the next), the node blamed (SUSPECT), the
+    nodes left out of every later run, and the evidence (the matched error line, or the
+    stalled rank and its last step). Result is the chain's end from
     its event log; a chain whose newest job was cancelled before its script could log (a
     pending continuation cancelled with scancel) ends "cancelled", from accounting.
     """
@@ -122,6 +124,9 @@ def _interruptions(ref: ChainRef) -> list[dict[str, Any]]:
             "resume_latency_s": (
                 None if stop.resume_latency is None else round(stop.resume_latency, 1)
             ),
+            "suspect": stop.suspect,
+            "evidence": stop.evidence,
+            "excluded_nodes": stop.excluded,
             "how": stop.how,
         }
         for stop in ref.chain.interruptions()
@@ -161,12 +166,18 @@ def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]], final: Even
                 _num(item["resumed_from_step"]),
                 _num(item["steps_lost"]),
                 "-" if item["resume_latency_s"] is None else f"{item['resume_latency_s']:.1f} s",
+                item["suspect"] or "-",
+                ",".join(item["excluded_nodes"]) or "-",
             ]
             for n, item in enumerate(interruptions)
         ]
         headers = ["#", "CAUSE", "JOB", "RESUMED FROM STEP", "STEPS LOST", "RESUME LATENCY"]
+        headers += ["SUSPECT", "EXCLUDED FROM THEN ON"]
         click.echo("Interruptions:")
         click.echo(table(headers, rows))
+        for n, item in enumerate(interruptions):
+            if item["evidence"]:
+                click.echo(f"  #{n + 1} evidence: {item['evidence']}")
     if final is None:
         click.echo("Result: still running")
     else:
@@ -187,7 +198,7 @@ def _stops_by_run(ref: ChainRef | None) -> dict[tuple[str, int], str]:
         if event.event != "requeue":
             continue
         how = event.detail.split(" checkpoint=")[0]
-        stops[(event.job_id, event.stopped_run)] = f"{event.cause.replace('_', ' ')} ({how})"
+        stops[(event.stopped_job, event.stopped_run)] = f"{event.cause.replace('_', ' ')} ({how})"
     last = events[-1] if events else None
     if last is not None and last.event == "end":
         stops.setdefault((last.job_id, last.restart), f"{last.cause}: {last.detail}")

@@ -79,8 +79,17 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "max_requeues",
             multiple=True,
             metavar="N|CAUSE=N",
-            help="Requeue budget: N in total, or per cause (preemption, timeout, node_failure, "
-            "application). Default: the site's; application failures are not requeued.",
+            help="Requeue budget: N in total, or CAUSE=N for one cause, e.g. preemption=3, "
+            "node_failure=5, infrastructure=2, stall=1 (all causes: docs/requeue.md). Default: "
+            "the site's; application failures are not requeued.",
+        ),
+        click.option(
+            "--stall-timeout",
+            type=click.IntRange(0, 2**31 - 1),
+            metavar="SECONDS",
+            help="End and continue a run when a rank's progress report has not advanced for "
+            "this long (0: off; default: the site's, faults.stall_timeout). Ranks that never "
+            "report progress are never judged.",
         ),
         click.option("--output-dir", help="Folder for logs and records (default: the site's)."),
         click.option("-D", "--chdir", help="Working directory of the job."),
@@ -239,12 +248,10 @@ def _render(
     return render_job(spec, site, template_dirs=list(template_dirs) or None, where=where)
 
 
-CAUSES = ("preemption", "timeout", "node_failure", "application")
-
-
 def parse_max_requeues(item: str, current: dict[str, Any]) -> dict[str, Any]:
     """``--max-requeues 5`` (total) or ``--max-requeues preemption=3`` (one cause)."""
     from hpcjobs.safetext import require_int
+    from hpcjobs.script.jobspec import REQUEUE_CAUSES as CAUSES
 
     name, sep, value = item.partition("=")
     count = require_int(
@@ -310,6 +317,7 @@ def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
         "nccl_debug": flags.get("nccl_debug"),
         "bind": flags.get("bind"),
         "gpu_monitor": flags.get("gpu_monitor"),
+        "stall_timeout": flags.get("stall_timeout"),
         "torchrun": flags.get("torchrun_path"),
         "command": list(flags.get("command") or ()) or None,
     }

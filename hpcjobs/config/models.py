@@ -22,6 +22,7 @@ from pydantic import (
 from hpcjobs.config.cpulist import parse_cpulist
 from hpcjobs.config.fields import SafeStr, no_control, signal_name, slurm_time
 from hpcjobs.config.launchers import Launcher
+from hpcjobs.config.signatures import check_ere
 from hpcjobs.config.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError
 from hpcjobs.safetext import (
@@ -91,6 +92,9 @@ CpuList = Annotated[
 ]
 IfName = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_ifname)]
 Regex = Annotated[str, AfterValidator(no_control), AfterValidator(_regex)]
+InfraPattern = Annotated[
+    str, Field(min_length=1, max_length=500), AfterValidator(no_control), AfterValidator(check_ere)
+]
 GpuIndex = Annotated[int, BeforeValidator(int_checker(0))]
 PositiveInt = Annotated[int, BeforeValidator(int_checker(1))]
 NonNegativeInt = Annotated[int, BeforeValidator(int_checker(0))]
@@ -312,6 +316,8 @@ class MaxRequeues(_Model):
     preemption: NonNegativeInt = 20
     timeout: NonNegativeInt = 10
     node_failure: NonNegativeInt = 5
+    infrastructure: NonNegativeInt = 3
+    stall: NonNegativeInt = 3
     application: NonNegativeInt = 0
 
 
@@ -321,6 +327,22 @@ class Requeue(_Model):
     signal: Annotated[str, AfterValidator(no_control), AfterValidator(signal_name)] = "USR2"
     lead_time: PositiveInt = 300
     max_requeues: MaxRequeues = Field(default_factory=MaxRequeues)
+
+
+class Faults(_Model):
+    """Failures without a warning: crash signatures, stalls, suspect nodes (docs/requeue.md)."""
+
+    #: Extra infrastructure signatures (grep -E patterns), after hpcjobs' own.
+    signatures: list[InfraPattern] = Field(default_factory=list)
+    #: Seconds a rank may go without advancing its progress report; 0 turns detection off.
+    stall_timeout: NonNegativeInt = 1800
+    #: Seconds a stalled run gets, after the warning signal, to checkpoint before it is killed.
+    stall_grace: NonNegativeInt = 10
+    #: How many nodes a chain excludes at most (the oldest exclusion is lifted first).
+    max_excluded_nodes: NonNegativeInt = 8
+    #: Shell command run on a suspect node before it is excluded; exit 0 clears the node.
+    health_check: Annotated[SafeStr, Field(min_length=1, max_length=4000)] | None = None
+    health_check_timeout: PositiveInt = 60
 
 
 class Monitoring(_Model):
@@ -345,6 +367,7 @@ class SiteConfig(_Model):
     setup: Setup = Field(default_factory=Setup)
     requeue: Requeue = Field(default_factory=Requeue)
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    faults: Faults = Field(default_factory=Faults)
 
     @property
     def partition_names(self) -> list[str]:

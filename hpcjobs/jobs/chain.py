@@ -5,12 +5,24 @@ Every hpcjobs batch script appends one tab-separated line per event to
 
     time  job_id  slurm_restart_count  event  cause  detail
 
-``event`` is ``start`` (a run began; detail ``checkpoint=<step>``), ``requeue`` (the run ended
-for ``cause`` and comes back; detail says how, plus ``checkpoint=`` and ``progress=``), or ``end``
-(the chain is over: cause ``finish`` or ``fail``, detail says why), or ``signal`` (the first
-warning signal or SIGTERM of a run: cause ``warning`` or ``term``; nothing counts it). A
-continuation is a new job id in the same chain; a Slurm requeue keeps the job id and raises the
-restart count.
+``event`` is one of
+
+- ``start``: a run began (detail ``checkpoint=<step> nodes=<hostlist> batch=<node>``);
+- ``requeue``: the run ended for ``cause`` and comes back; detail says how, plus
+  ``checkpoint=`` and ``progress=``. A standby that took over from a run that died without a word
+  logs it itself: ``standby job <S> took over from job <P> (<Slurm state>)``;
+- ``end``: the chain is over (cause ``finish`` or ``fail``, detail says why);
+- ``signal``: the first warning signal or SIGTERM of a run (cause ``warning`` or ``term``);
+- ``standby``: the run submitted its standby (detail ``standby job <S> for job <P>``);
+- ``fault``: what ended the run, for causes without a warning (detail
+  ``node=<suspect or -> evidence=<the matched line, or the stalled rank>``);
+- ``exclude``: the nodes every later run leaves out (detail ``nodes=<a,b>``, the whole list);
+- ``health``: the site's health check on a suspect (cause ``pass`` or ``fail``);
+- ``handoff``: a run got an excluded node and handed over at once (``continued as job <R>: ...``).
+
+Only ``start``, ``requeue`` and ``end`` say how runs follow each other; nothing counts the
+others. A continuation is a new job id in the same chain; a Slurm requeue keeps the job id and
+raises the restart count.
 
 A job cancelled while pending never runs its script: ``hpcjobs cancel`` logs its chain's end
 for it (:func:`append_event`), and :func:`ended_by_accounting` reads the end of a chain whose
@@ -29,6 +41,9 @@ from hpcjobs.textlines import split_lines
 
 _KV = re.compile(r"(\w+)=(-?\d+)")
 _CONTINUED = re.compile(r"continued as job (\d+(?:_\d+)?)")
+_TOOK_OVER = re.compile(r"took over from job (\d+(?:_\d+)?)")
+_STANDBY = re.compile(r"^standby job (\d+(?:_\d+)?) for job (\d+(?:_\d+)?)$")
+_FAULT = re.compile(r"^node=(\S*)(?: (?!evidence=)\S+)*(?: evidence=(.*))?$")
 _SLURM_RESTART = re.compile(r"requeued by Slurm \(restart (\d+)\)")
 
 
@@ -51,6 +66,12 @@ class Event:
         match = _SLURM_RESTART.search(self.detail)
         return int(match.group(1)) - 1 if match else self.restart
 
+    @property
+    def stopped_job(self) -> str:
+        """For a ``requeue`` event: the job whose run stopped (a standby logs its predecessor's)."""
+        match = _TOOK_OVER.search(self.detail)
+        return match.group(1) if match else self.job_id
+
     def number(self, key: str) -> int | None:
         """An integer ``key=<n>`` from the detail, if present."""
         for name, value in _KV.findall(self.detail):
@@ -72,6 +93,11 @@ class Interruption:
     resumed_job_id: str | None = None
     resumed_at: float | None = None
     resumed_from: int | None = None
+    #: The node blamed for the stop (None: nobody), and what showed it.
+    suspect: str | None = None
+    evidence: str | None = None
+    #: The nodes every run after this stop leaves out.
+    excluded: list[str] = field(default_factory=list)
 
     @property
     def resume_latency(self) -> float | None:
@@ -120,19 +146,49 @@ class Chain:
         """How many runs of the chain began (its ``start`` events)."""
         return sum(1 for e in self.events if e.event == "start")
 
+    @property
+    def standby_ids(self) -> list[str]:
+        """Every standby job the chain's runs submitted (most are cancelled or became runs)."""
+        ids = []
+        for event in self.events:
+            match = _STANDBY.match(event.detail) if event.event == "standby" else None
+            if match and match.group(1) not in ids:
+                ids.append(match.group(1))
+        return ids
+
+    def standby_for(self, job_id: str) -> str | None:
+        """The standby that ``job_id``'s newest run submitted, if any."""
+        found = None
+        for event in self.events:
+            match = _STANDBY.match(event.detail) if event.event == "standby" else None
+            if match and match.group(2) == job_id:
+                found = match.group(1)
+        return found
+
     def interruptions(self) -> list[Interruption]:
         result: list[Interruption] = []
         pending: Interruption | None = None
+        fault: Event | None = None
+        excluded: list[str] = []
         for event in self.events:
-            if event.event == "requeue":
+            if event.event == "fault":
+                fault = event
+            elif event.event == "exclude":
+                nodes = event.detail.split(" ")[0].removeprefix("nodes=")
+                excluded = [] if nodes in ("", "-") else nodes.split(",")
+            elif event.event == "requeue":
                 pending = Interruption(
                     cause=event.cause,
-                    job_id=event.job_id,
+                    job_id=event.stopped_job,
                     ended_at=event.time,
                     how=event.detail,
                     checkpoint_at_stop=event.number("checkpoint"),
                     progress_at_stop=event.number("progress"),
+                    excluded=list(excluded),
                 )
+                if fault is not None and fault.cause == event.cause:
+                    pending.suspect, pending.evidence = _fault_detail(fault.detail)
+                fault = None
                 result.append(pending)
             elif event.event == "start" and pending is not None:
                 pending.resumed_job_id = event.job_id
@@ -140,6 +196,15 @@ class Chain:
                 pending.resumed_from = event.number("checkpoint")
                 pending = None
         return result
+
+
+def _fault_detail(detail: str) -> tuple[str | None, str | None]:
+    """(suspect node or None, evidence) from a ``fault`` event's detail."""
+    match = _FAULT.match(detail)
+    if not match:
+        return None, detail or None
+    node = match.group(1)
+    return (None if node in ("", "-") else node), match.group(2)
 
 
 def format_event(event: Event) -> str:

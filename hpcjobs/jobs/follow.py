@@ -394,6 +394,10 @@ def follow_chain(
             on_note(f"chain of job {root}: {final.cause} ({final.detail})")
             return FollowResult(0 if final.cause == "finish" else 1, result.states)
         after = [j for j in ref.chain.job_ids if j not in followed]
+        standby = ref.chain.standby_for(current)
+        if not after and standby is not None and standby not in followed:
+            # The run died without a word (a node failure): its standby takes over.
+            after = [standby]
         if not after:
             ended = ended_by_accounting(ref.chain, current, result.states.get(current, ""))
             if ended is not None:

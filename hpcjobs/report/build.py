@@ -382,7 +382,7 @@ def _mark_from_events(runs: list[RunReport], chain: Chain) -> None:
             if event.event == "signal" and (event.job_id, event.restart) == (run.job_id, run.index):
                 if run.signal_at is None:
                     run.signal_at = event.time
-            elif event.event == "requeue" and (event.job_id, event.stopped_run) == (
+            elif event.event == "requeue" and (event.stopped_job, event.stopped_run) == (
                 run.job_id,
                 run.index,
             ):
@@ -410,6 +410,9 @@ def _interruption(stop: Interruption) -> dict[str, Any]:
         "resumed_from_step": stop.resumed_from,
         "progress_at_stop": stop.progress_at_stop,
         "steps_lost": stop.steps_lost,
+        "suspect": stop.suspect,
+        "evidence": stop.evidence,
+        "excluded_nodes": stop.excluded,
     }
 
 

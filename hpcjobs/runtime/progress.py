@@ -6,8 +6,12 @@ detection will too. The batch script sets ``HPCJOBS_PROGRESS_DIR`` to
 creates it with mode 0700. Each rank writes two files there, both mode 0600:
 
 ``rank-<RANK>``
-    The newest step this rank finished: one line ``<step>``. Replaced atomically (written to a
-    temporary file in the same folder, then renamed over it), so a reader never sees half.
+    The newest step this rank finished: one line ``<step> [<node>]``, ``<node>`` being the
+    Slurm node the rank runs on (``$SLURMD_NODENAME``, else the short host name). Replaced
+    atomically (written to a temporary file in the same folder, then renamed over it), so a
+    reader never sees half. The batch script's stall watch reads it once a second: a rank
+    whose step has not changed for the stall timeout stops the run, and ``<node>`` is the
+    suspect (docs/requeue.md, "Stalls").
 ``rank-<RANK>.log``
     Append-only, one line per report, each written with a single ``write(2)``:
 
@@ -21,9 +25,10 @@ creates it with mode 0700. Each rank writes two files there, both mode 0600:
 
 ``RANK`` is the global rank (``$RANK``, else ``$SLURM_PROCID``, else 0). From a shell::
 
-    echo "$step" > "$HPCJOBS_PROGRESS_DIR/.rank-$RANK.tmp" &&
+    node=${SLURMD_NODENAME:-$(hostname -s)}
+    echo "$step $node" > "$HPCJOBS_PROGRESS_DIR/.rank-$RANK.tmp" &&
         mv -f "$HPCJOBS_PROGRESS_DIR/.rank-$RANK.tmp" "$HPCJOBS_PROGRESS_DIR/rank-$RANK"
-    echo "$(date +%s.%N) $step $(hostname)" >> "$HPCJOBS_PROGRESS_DIR/rank-$RANK.log"
+    echo "$(date +%s.%N) $step $node" >> "$HPCJOBS_PROGRESS_DIR/rank-$RANK.log"
 
 :meth:`hpcjobs.runtime.checkpoint.CheckpointDir.note_progress` and ``CheckpointDir.save`` do
 this for Python programs whenever ``HPCJOBS_PROGRESS_DIR`` is set.
@@ -110,7 +115,7 @@ class ProgressWriter:
     def __init__(self, folder: str | os.PathLike[str], rank: int | None = None) -> None:
         self.folder = Path(folder)
         self.rank = current_rank() if rank is None else rank
-        self.host = socket.gethostname().split(".")[0] or "-"
+        self.host = node_name()
 
     @classmethod
     def from_env(cls) -> ProgressWriter | None:
@@ -130,7 +135,7 @@ class ProgressWriter:
         """Record that this rank finished ``step``."""
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.folder / f".rank-{self.rank}.tmp-{os.getpid()}"
-        _write_new(tmp, f"{step}\n", append=False)
+        _write_new(tmp, f"{step} {self.host}\n", append=False)
         os.replace(tmp, self.current_file)
         self._append(f"{_stamp(when)} {step} {self.host}\n")
 
@@ -156,6 +161,14 @@ class ProgressWriter:
         os.replace(tmp, self.log_file)
 
 
+def node_name() -> str:
+    """The Slurm node this process runs on (``$SLURMD_NODENAME``), else the short host name."""
+    name = os.environ.get("SLURMD_NODENAME", "")
+    if name and all(c.isalnum() or c in "-_." for c in name):
+        return name
+    return socket.gethostname().split(".")[0] or "-"
+
+
 def _stamp(when: float | None) -> str:
     return f"{time.time() if when is None else when:.3f}"
 
@@ -176,6 +189,7 @@ __all__ = [
     "ProgressWriter",
     "Report",
     "current_rank",
+    "node_name",
     "parse_log",
     "progress_dir",
     "rank_of_log",

@@ -19,7 +19,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -42,6 +42,13 @@ from hpcjobs.safetext import (
 
 #: Causes a requeue budget is kept for: the fields of the site config's ``max_requeues``.
 REQUEUE_CAUSES: tuple[str, ...] = tuple(MaxRequeues.model_fields)
+
+
+def _cause(value: str) -> str:
+    if value not in REQUEUE_CAUSES:
+        raise ValueError(f"unknown requeue cause {value!r} (causes: {', '.join(REQUEUE_CAUSES)})")
+    return value
+
 
 #: Slurm's limit on the ``--signal`` lead time, in seconds.
 MAX_SIGNAL_LEAD = 65535
@@ -205,10 +212,9 @@ class RequeuePolicy(_Model):
     enabled: Flag = True
     signal: SignalName | None = None
     lead_time: Annotated[int, _count(1, MAX_SIGNAL_LEAD)] | None = None
-    max_requeues: dict[
-        Literal["preemption", "timeout", "node_failure", "application"],
-        Annotated[int, _count(0)],
-    ] = Field(default_factory=dict)
+    max_requeues: dict[Annotated[str, AfterValidator(_cause)], Annotated[int, _count(0)]] = Field(
+        default_factory=dict
+    )
     max_total: Annotated[int, _count(0)] | None = None
 
 
@@ -241,6 +247,8 @@ class JobSpec(_Model):
     nccl_debug: Flag = False
     bind: Flag = True
     gpu_monitor: Flag = True
+    #: Seconds a rank may go without advancing its progress report (0: off; None: the site's).
+    stall_timeout: Annotated[int, _count(0)] | None = None
     torchrun: Program = "torchrun"
 
 

@@ -274,10 +274,27 @@ def _context(
         "signal": job.requeue.signal,
         "forward_signals": signals,
         "requeue": job.requeue,
+        "faults": _faults(job, site),
         "container": container,
         "torchrun": job.torchrun,
         "master_port_expr": Raw(master_port_expr()),
         "has_topology": topology is not None,
+    }
+
+
+def _faults(job: JobSpec, site: SiteConfig) -> dict[str, Any]:
+    """What the fault library in the script needs (templates/lib/faults.bash)."""
+    from hpcjobs.config.signatures import all_patterns
+
+    faults = site.faults
+    stall = job.stall_timeout if job.stall_timeout is not None else faults.stall_timeout
+    return {
+        "stall_timeout": stall,
+        "stall_grace": faults.stall_grace,
+        "max_excluded_nodes": faults.max_excluded_nodes,
+        "health_check": faults.health_check,
+        "health_check_timeout": faults.health_check_timeout,
+        "patterns": all_patterns(faults.signatures),
     }
 
 

@@ -11,7 +11,7 @@
 #         for continuations), HPCJOBS_CHECKPOINT_DIR, HPCJOBS_RUN_FINGERPRINT and
 #         HPCJOBS_RUN_FILE (the run this job is, and the file naming the run that owns the
 #         checkpoint folder; see hpcjobs.jobs.runfolder), HPCJOBS_SIGNAL_LEAD (s),
-#         HPCJOBS_MAX_REQUEUE_{PREEMPTION,TIMEOUT,NODE_FAILURE,APPLICATION}, HPCJOBS_MAX_REQUEUES
+#         HPCJOBS_MAX_REQUEUE_<CAUSE> (one per cause), HPCJOBS_MAX_REQUEUES
 #         (total, empty = no limit), and the array HPCJOBS_SBATCH_ARGS (this job's sbatch options).
 
 hpcjobs_log() {
@@ -84,13 +84,10 @@ hpcjobs_mark_done() {
 # site config and the job (their defaults live in hpcjobs/config/models.py, MaxRequeues, and
 # nowhere else); one that is not set allows no requeue.
 hpcjobs_budget() {
-    case $1 in
-        preemption) echo "${HPCJOBS_MAX_REQUEUE_PREEMPTION:-0}" ;;
-        timeout) echo "${HPCJOBS_MAX_REQUEUE_TIMEOUT:-0}" ;;
-        node_failure) echo "${HPCJOBS_MAX_REQUEUE_NODE_FAILURE:-0}" ;;
-        application) echo "${HPCJOBS_MAX_REQUEUE_APPLICATION:-0}" ;;
-        *) echo 0 ;;
-    esac
+    local name
+    [[ $1 =~ ^[a-z_]+$ ]] || { echo 0; return; }
+    name=HPCJOBS_MAX_REQUEUE_${1^^}
+    echo "${!name:-0}"
 }
 
 # The first run of a chain finds no log of its own: one already there belongs to an earlier job
@@ -183,6 +180,7 @@ hpcjobs_gpu_monitor_stop() {
 # Exits the job when it is already finished or out of budget.
 # hpcjobs_private_logs: Slurm creates the job's output files with the job's umask; make them
 # private, as everything else hpcjobs writes (the output folder may be readable by others).
+# Also notes the job's stderr file (hpcjobs_err_file), where srun reports its tasks' ends.
 hpcjobs_private_logs() {
     local info path
     info=$(timeout 20 scontrol show job "$SLURM_JOB_ID" 2>/dev/null) || return 0
@@ -190,6 +188,7 @@ hpcjobs_private_logs() {
     while read -r path; do
         [[ -f $path && -O $path ]] && chmod go-rwx -- "$path" 2>/dev/null
     done < <(sed -n 's/^[[:space:]]\{1,\}Std\(Out\|Err\)=//p' <<<"$info")
+    hpcjobs_err_file=$(sed -n 's/^[[:space:]]\{1,\}StdErr=//p' <<<"$info" | head -n 1)
     return 0
 }
 
@@ -200,8 +199,9 @@ hpcjobs_begin() {
     local self
     self=$(hpcjobs_self_id)
     if [[ -n ${HPCJOBS_CHAIN_ROOT:-} ]] &&
-        ! grep -q "continued as job ${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-x}}\( \|\$\|_\)" "$(hpcjobs_chain_file)" 2>/dev/null; then
+        ! grep -q "\(continued as\|standby\) job ${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-x}}\( \|\$\|_\)" "$(hpcjobs_chain_file)" 2>/dev/null; then
         HPCJOBS_CHAIN_ROOT=$self
+        unset HPCJOBS_STANDBY_FOR
     fi
     export HPCJOBS_CHAIN_ROOT=${HPCJOBS_CHAIN_ROOT:-$self}
     if [[ $HPCJOBS_CHAIN_ROOT == "$self" ]] && ((${SLURM_RESTART_COUNT:-0} == 0)); then
@@ -211,6 +211,9 @@ hpcjobs_begin() {
     export HPCJOBS_PROGRESS_DIR=$HPCJOBS_RUN_DIR/progress-$HPCJOBS_CHAIN_ROOT
     (umask 077 && mkdir -p -- "$HPCJOBS_PROGRESS_DIR") 2>/dev/null || true
     hpcjobs_check_checkpoint_dir
+    if [[ -n ${HPCJOBS_STANDBY_FOR:-} ]] && ((${SLURM_RESTART_COUNT:-0} == 0)) && ! hpcjobs_is_done; then
+        hpcjobs_after_standby_release
+    fi
     if ((${SLURM_RESTART_COUNT:-0} > 0)) && ! hpcjobs_is_done; then
         hpcjobs_after_slurm_requeue
     fi
@@ -224,10 +227,13 @@ hpcjobs_begin() {
         hpcjobs_chain_ends
         exit 0
     fi
+    hpcjobs_handoff_if_excluded
     local step
     step=$(hpcjobs_latest_step)
+    hpcjobs_faults_begin
     hpcjobs_gpu_monitor # from here on every run ends in hpcjobs_finish, which stops it
-    hpcjobs_event start - "checkpoint=$step"
+    hpcjobs_event start - "checkpoint=$step nodes=${SLURM_JOB_NODELIST:-?} batch=${SLURMD_NODENAME:-?}"
+    hpcjobs_standby_submit
     # The marker 'hpcjobs logs --restart N' splits the log on.
     echo "hpcjobs: run $HPCJOBS_RESTART_COUNT of job $HPCJOBS_CHAIN_ROOT"
     if ((step >= 0)); then
@@ -258,7 +264,7 @@ hpcjobs_requeue_cause() {
 # Records it unless the previous run already did, and enforces the budgets. Exits when this run
 # must not go on.
 hpcjobs_after_slurm_requeue() {
-    local file last event cause detail self next run when used allowed total
+    local file last event cause detail self next run when
     file=$(hpcjobs_chain_file)
     # The last event that says how a run ended (a signal event may come after it).
     [[ -f $file ]] && last=$(awk -F'\t' '$4 != "signal"' "$file" | tail -n 1)
@@ -286,21 +292,7 @@ hpcjobs_after_slurm_requeue() {
         hpcjobs_event requeue "$cause" \
             "requeued by Slurm (restart ${SLURM_RESTART_COUNT}) $(hpcjobs_position)" "$when"
     fi
-    used=$(hpcjobs_count requeue "$cause")
-    allowed=$(hpcjobs_budget "$cause")
-    total=$(hpcjobs_count requeue)
-    if ((used > allowed)); then
-        hpcjobs_event end fail "requeue budget for $cause exhausted: $((used - 1))/$allowed"
-        hpcjobs_log "requeue budget for $cause exhausted ($((used - 1))/$allowed); giving up"
-        hpcjobs_chain_ends
-        exit 1
-    fi
-    if [[ -n ${HPCJOBS_MAX_REQUEUES:-} ]] && ((total > HPCJOBS_MAX_REQUEUES)); then
-        hpcjobs_event end fail "requeue budget exhausted: $((total - 1))/$HPCJOBS_MAX_REQUEUES requeues in total"
-        hpcjobs_log "total requeue budget exhausted ($((total - 1))/$HPCJOBS_MAX_REQUEUES); giving up"
-        hpcjobs_chain_ends
-        exit 1
-    fi
+    hpcjobs_enforce_budget "$cause"
 }
 
 # hpcjobs_seconds D-HH:MM:SS|HH:MM:SS|MM:SS -> seconds (empty for UNLIMITED/unknown).
@@ -317,7 +309,7 @@ hpcjobs_seconds() {
     echo $((10#$days * 86400 + 10#$h * 3600 + 10#$m * 60 + 10#$s))
 }
 
-# hpcjobs_cause RC SIGNAL: preemption | timeout | cancelled | none | application, or
+# hpcjobs_cause RC SIGNAL: preemption | timeout | node_failure | cancelled | none | application, or
 # requeued_preemption | requeued_node_failure when Slurm has already requeued the job itself.
 hpcjobs_cause() {
     local rc=$1 signal=$2 left info restarts
@@ -329,6 +321,13 @@ hpcjobs_cause() {
     restarts=${restarts##*=}
     if [[ -n $restarts ]] && ((restarts > ${SLURM_RESTART_COUNT:-0})); then
         echo "requeued_$(hpcjobs_requeue_cause "$(hpcjobs_run_state $((${SLURM_RESTART_COUNT:-0} + 1)))" "$signal")"
+        return
+    fi
+    # A node of the job failed: Slurm is killing the job (this batch host lived on). The job
+    # shows COMPLETING with Reason=NodeDown by now, and srun has said which node.
+    if grep -qE 'JobState=NODE_FAIL|Reason=NodeDown' <<<"$info" ||
+        [[ -n $(hpcjobs_node_failure_lines) ]]; then
+        echo node_failure
         return
     fi
     if grep -qE 'PreemptTime=[0-9]' <<<"$info"; then
@@ -361,6 +360,7 @@ hpcjobs_cause() {
 # Tell Slurm not to requeue this job: after a preemption, Slurm >= 24.05 requeues a job that exits
 # during the grace time, whatever its exit code.
 hpcjobs_no_slurm_requeue() {
+    [[ -n ${hpcjobs_requeue_off:-} ]] && return 0 # done when the standby was submitted
     if ! scontrol update "jobid=$SLURM_JOB_ID" Requeue=0 >/dev/null 2>&1; then
         hpcjobs_log "could not mark job $SLURM_JOB_ID Requeue=0; Slurm may also requeue it"
     fi
@@ -371,61 +371,46 @@ hpcjobs_no_slurm_requeue() {
 # that run exits, whatever its exit code (accounting records it PREEMPTED): the job would come
 # back after Slurm's ~2 minute hold only to find the chain ended. Runs Slurm never requeued
 # (SLURM_RESTART_COUNT=0) are left alone: they need no extra call to the controller.
+# Its standby, if any, is cancelled, and the copies of the ranks' output go.
 hpcjobs_chain_ends() {
+    hpcjobs_standby_cancel
+    hpcjobs_faults_cleanup
     if ((${SLURM_RESTART_COUNT:-0} > 0)); then
         hpcjobs_no_slurm_requeue
     fi
     return 0
 }
 
-# hpcjobs_continue CAUSE: submit the continuation job and stop Slurm requeueing this one.
-# The continuation gets this job's options (HPCJOBS_SBATCH_ARGS: the renderer has left out the
-# ones for the first submission only, hpcjobs.script.sbatchopts.FIRST_SUBMISSION_ONLY) except the array
-# and dependency, which it sets itself, and this job's comment, which carries the chain's token.
+# hpcjobs_continue CAUSE: make the standby this run's continuation (or submit one, with
+# --dependency=afterany:<this job>), on nodes without the excluded ones, and stop Slurm
+# requeueing this job. The continuation gets this job's options (hpcjobs_successor_args).
 hpcjobs_continue() {
-    local args=() arg new skip=0 comment root=${HPCJOBS_CHAIN_ROOT:-$(hpcjobs_self_id)}
-    for arg in "${HPCJOBS_SBATCH_ARGS[@]}"; do
-        if ((skip)); then skip=0; continue; fi
-        case $arg in
-            --array=* | --dependency=* | --comment=*) continue ;;
-            -a | -d | --array | --dependency | --comment) skip=1; continue ;;
-            -a* | -d*) continue ;;
-            --output=* | --error=*)
-                # Every run of the chain appends to the first run's log file.
-                arg=${arg//%j/$root}
-                arg=${arg//%A/${root%%_*}}
-                ;;
-        esac
-        args+=("$arg")
-    done
-    [[ -n ${SLURM_ARRAY_TASK_ID:-} ]] && args+=("--array=$SLURM_ARRAY_TASK_ID")
-    comment=$(timeout 20 squeue -h -j "$SLURM_JOB_ID" -o %k 2>/dev/null | head -n 1)
-    [[ -n $comment && $comment != "(null)" ]] && args+=("--comment=$comment")
-    # A clean environment: the new job must not inherit this job's SLURM_* settings.
-    local unset_vars=() name
-    for name in $(compgen -e); do
-        [[ $name =~ ^(SLURM|SBATCH|SALLOC|SRUN)_ && $name != SLURM_CONF ]] && unset_vars+=(-u "$name")
-    done
-    if new=$(cd "${SLURM_SUBMIT_DIR:-$HPCJOBS_RUN_DIR}" && env "${unset_vars[@]}" \
-        HPCJOBS_CHAIN_ROOT="$root" sbatch --parsable \
-        "--dependency=afterany:$SLURM_JOB_ID" "${args[@]}" "$0" 2>&1); then
-        new=${new%%;*}
-        [[ -n ${SLURM_ARRAY_TASK_ID:-} ]] && new="${new}_$SLURM_ARRAY_TASK_ID"
-        hpcjobs_no_slurm_requeue
-        hpcjobs_event requeue "$1" "continued as job $new $(hpcjobs_position)"
-        hpcjobs_log "$1: continuing as job $new (starts when resources are free)"
-        return 0
+    local new how=""
+    if [[ -n ${hpcjobs_standby:-} ]] && ! hpcjobs_claim_takeover "$hpcjobs_standby"; then
+        return 0 # the standby has taken over and logged it
     fi
-    hpcjobs_log "could not submit the continuation ($new); falling back to Slurm's requeue"
-    hpcjobs_event requeue "$1" "requeued by Slurm (fallback) $(hpcjobs_position)"
-    scontrol requeue "$SLURM_JOB_ID" >/dev/null 2>&1 || hpcjobs_log "scontrol requeue failed too"
+    if new=$(hpcjobs_standby_retarget); then
+        how=" (the standby)"
+    elif ! new=$(hpcjobs_submit_next "afterany:$SLURM_JOB_ID" ""); then
+        hpcjobs_log "could not submit the continuation ($new); falling back to Slurm's requeue"
+        hpcjobs_standby_cancel
+        hpcjobs_event requeue "$1" "requeued by Slurm (fallback) $(hpcjobs_position)"
+        scontrol requeue "$SLURM_JOB_ID" >/dev/null 2>&1 || hpcjobs_log "scontrol requeue failed too"
+        return 0
+    else
+        hpcjobs_standby_cancel
+    fi
+    hpcjobs_no_slurm_requeue
+    hpcjobs_event requeue "$1" "continued as job $new$how $(hpcjobs_position)"
+    hpcjobs_log "$1: continuing as job $new$how (starts when resources are free)"
     return 0
 }
 
 # hpcjobs_finish RC SIGNAL: decide and act after the workload exited. Prints the job's exit code.
 hpcjobs_finish() {
-    local rc=$1 signal=$2 cause used allowed total
+    local rc=$1 signal=$2 cause used allowed total suspect="" evidence="" stall crash
     hpcjobs_gpu_monitor_stop
+    hpcjobs_stall_stop
     if hpcjobs_is_done; then
         hpcjobs_event end finish "done marker present"
         hpcjobs_chain_ends
@@ -433,6 +418,37 @@ hpcjobs_finish() {
         return
     fi
     cause=$(hpcjobs_cause "$rc" "$signal")
+    stall=$(hpcjobs_stalled)
+    if [[ -n $stall && $cause != requeued_* && $cause != cancelled ]]; then
+        # The stall watcher ended the run (its warning signal makes this look like a preemption).
+        local rank step idle tied
+        IFS=$'\t' read -r suspect rank step idle tied <<<"$stall"
+        [[ $suspect == - ]] && suspect=""
+        cause=stall
+        evidence="rank $rank at step $step for ${idle} s"
+        ((tied > 0)) && evidence+=" ($tied other rank(s) tied with it: no node blamed)"
+    elif [[ $cause == application ]]; then
+        crash=$(hpcjobs_crash)
+        IFS=$'\t' read -r cause suspect evidence <<<"$crash"
+        [[ $suspect == - ]] && suspect=""
+        [[ $evidence == - ]] && evidence=""
+        if [[ $cause == infrastructure ]]; then
+            hpcjobs_fault_log infrastructure "$suspect" "$evidence"
+        elif [[ -n $evidence ]]; then
+            hpcjobs_log "application failure: $evidence (no infrastructure signature; no node blamed)"
+        fi
+    fi
+    [[ $cause == stall ]] && hpcjobs_fault_log stall "$suspect" "$evidence"
+    if [[ $cause == node_failure ]]; then
+        # The standby may be logging this already (hpcjobs_claim_takeover): then leave it to it.
+        if [[ -n ${hpcjobs_standby:-} ]] && ! hpcjobs_claim_takeover "$hpcjobs_standby"; then
+            echo "$rc"
+            return
+        fi
+        suspect=$(hpcjobs_failed_nodes "$SLURM_JOB_ID" "${SLURM_JOB_NODELIST:-}" "" | paste -sd, -)
+        hpcjobs_fault_log node_failure "$suspect" "srun: error: Node failure on ${suspect:-?}"
+        [[ -n $suspect ]] && hpcjobs_exclude node_failure "${suspect//,/ }" >&2
+    fi
     case $cause in
         requeued_*)
             cause=${cause#requeued_}
@@ -451,6 +467,8 @@ hpcjobs_finish() {
             ;;
         cancelled)
             hpcjobs_event end fail "cancelled"
+            hpcjobs_standby_cancel
+            hpcjobs_faults_cleanup
             echo $((rc ? rc : 143))
             return
             ;;
@@ -460,7 +478,7 @@ hpcjobs_finish() {
     total=$(hpcjobs_count requeue)
     if [[ -n ${HPCJOBS_MAX_REQUEUES:-} ]] && ((total >= HPCJOBS_MAX_REQUEUES)); then
         hpcjobs_event end fail "requeue budget exhausted: $total/$HPCJOBS_MAX_REQUEUES requeues in total"
-        if [[ $cause == preemption ]]; then hpcjobs_no_slurm_requeue; else hpcjobs_chain_ends; fi
+        hpcjobs_no_requeue_after "$cause"
         hpcjobs_log "$cause, but the total requeue budget is exhausted ($total/$HPCJOBS_MAX_REQUEUES)"
         echo $((rc ? rc : 1))
         return
@@ -471,13 +489,28 @@ hpcjobs_finish() {
         else
             hpcjobs_event end fail "requeue budget for $cause exhausted: $used/$allowed"
         fi
-        if [[ $cause == preemption ]]; then hpcjobs_no_slurm_requeue; else hpcjobs_chain_ends; fi
+        hpcjobs_no_requeue_after "$cause"
         hpcjobs_log "$cause (exit code $rc); not requeued ($used/$allowed requeues used)"
         echo $((rc ? rc : 1))
         return
     fi
+    if [[ $cause == infrastructure || $cause == stall ]]; then
+        hpcjobs_fault_exclude "$cause" "$suspect" >&2
+    fi
     hpcjobs_continue "$cause" >&2
     echo 0
+}
+
+# hpcjobs_no_requeue_after CAUSE: the chain ends with this run although Slurm may still want
+# to requeue it (a preemption).
+hpcjobs_no_requeue_after() {
+    if [[ $1 == preemption ]]; then
+        hpcjobs_no_slurm_requeue
+        hpcjobs_standby_cancel
+        hpcjobs_faults_cleanup
+    else
+        hpcjobs_chain_ends
+    fi
 }
 # ---- end of hpcjobs requeue library ----------------------------------------------------------
 # {% endraw +%}

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import IN_CI, TEST_SANDBOX_DIR
+from tests.live.cluster import Cluster
 from tests.live.sshd import SshServer, ensure_openssh_server, start_sshd, unavailable_reason
 
 
@@ -105,3 +106,16 @@ def ssh_home(sshd: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(sshconfig, "SYSTEM_CONFIG", tmp_path / "no-system-ssh-config")
     os.chmod(home, 0o700)
     return SshClientHome(home, sshd)
+
+
+@pytest.fixture
+def cluster(slurm_env: dict[str, str], shared_tmp: Path, slurm_version: str) -> Iterator[Cluster]:
+    """The test sandbox with a folder of its own; every job a test started is cancelled after it."""
+    from hpcjobs.jobs.chain import read_chain
+    from hpcjobs.slurm.parse import version_tuple
+
+    box = Cluster(env=dict(slurm_env), folder=shared_tmp, slurm_major=version_tuple(slurm_version))
+    yield box
+    # Nothing a test started may outlive it: continuations included.
+    chains = [read_chain(p) for p in shared_tmp.glob("*/chain-*.tsv")]
+    box.cancel_all([job for chain in chains for job in chain.job_ids])

@@ -17,6 +17,17 @@ Fault injection, used by the live requeue tests:
   of STEP writes half of its file, touches ``--slow-save-marker`` and then hangs inside the save
   until the job is killed.
 
+Faults of one rank (``--fault-rank R``, default 1), in the first run only, after step
+``--fault-at``:
+
+- ``--fault crash --fault-text TEXT``: the rank prints TEXT to stderr and exits 1 (an NCCL
+  error, say);
+- ``--fault raise``: the rank raises an ordinary Python exception;
+- ``--fault hang``: the rank stops making progress and ignores the warning signal.
+
+Every rank reports its progress (``hpcjobs.runtime.progress``); ``--step-time-after`` slows
+every step after ``--fault-at`` instead (a slow job that still progresses).
+
 Run it directly for a reference result::
 
     HPCJOBS_CHECKPOINT_DIR=/tmp/ck python tests/live/requeue_workload.py --steps 50 \\
@@ -33,6 +44,7 @@ import time
 from pathlib import Path
 
 from hpcjobs.runtime.checkpoint import CheckpointDir
+from hpcjobs.runtime.progress import ProgressWriter
 from hpcjobs.runtime.stopflag import StopFlag
 
 MASK = (1 << 64) - 1
@@ -53,6 +65,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fail-code", type=int, default=3)
     parser.add_argument("--slow-save-at", type=int, default=None)
     parser.add_argument("--slow-save-marker", type=Path, default=None)
+    parser.add_argument("--fault", choices=("crash", "raise", "hang"), default=None)
+    parser.add_argument("--fault-at", type=int, default=None)
+    parser.add_argument("--fault-rank", type=int, default=1)
+    parser.add_argument("--fault-text", default="")
+    parser.add_argument("--step-time-after", type=float, default=None)
     return parser.parse_args(argv)
 
 
@@ -79,6 +96,31 @@ def save(ckpt: CheckpointDir, step: int, state: int, args: argparse.Namespace) -
         (folder / "state.json").write_text(body)
 
 
+def pause_for(args: argparse.Namespace, step: int) -> float:
+    """Seconds ``step`` takes: ``--step-time``, or ``--step-time-after`` after ``--fault-at``."""
+    if args.step_time_after is not None and args.fault_at is not None and step > args.fault_at:
+        return float(args.step_time_after)
+    return float(args.step_time)
+
+
+def inject(args: argparse.Namespace, rank: int, step: int) -> None:
+    """The fault this rank was told to have after ``step`` (first run only)."""
+    if args.fault is None or step != args.fault_at or rank != args.fault_rank:
+        return
+    if os.environ.get("HPCJOBS_RESTART_COUNT", "0") != "0":
+        return
+    if args.fault == "crash":
+        print(f"[workload] rank {rank} crashing after step {step}", flush=True)
+        sys.stderr.write(args.fault_text + "\n")
+        sys.stderr.flush()
+        sys.exit(1)
+    if args.fault == "raise":
+        raise ValueError(f"rank {rank}: a bug in the training loop at step {step}")
+    print(f"[workload] rank {rank} hangs after step {step}", flush=True)
+    while True:
+        time.sleep(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     stop = StopFlag.install()
@@ -99,12 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         say(f"resumed from checkpoint step {resumed} (restart {restart})")
 
+    others = ProgressWriter.from_env() if rank else None
     for step in range(start, args.steps):
         state = advance(state, step)
-        if args.step_time:
-            time.sleep(args.step_time)
+        time.sleep(pause_for(args, step))
         if rank == 0:
             ckpt.note_progress(step)
+        elif others is not None:
+            others.step(step)
+        inject(args, rank, step)
         if step == args.fail_at:
             say(f"failing on purpose after step {step} (exit {args.fail_code})")
             return int(args.fail_code)

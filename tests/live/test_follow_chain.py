@@ -174,6 +174,9 @@ def held_chain(login: Login, name: str) -> tuple[str, str, Path]:
         "-o", "/dev/null", "--wrap", "sleep 600",
     ).strip().split(";")[0]  # fmt: skip
     login.jobs.append(blocker)
+    # The continuation is the run's standby, submitted when the run started, so it is older
+    # than the blocker: give the blocker the higher priority, as a busier cluster would.
+    login.slurm("scontrol", "update", f"jobid={blocker}", "Priority=4294967000")
     login.slurm("scancel", "--batch", "--signal=USR2", root)
 
     def continued() -> str | None:

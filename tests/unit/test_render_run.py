@@ -117,8 +117,9 @@ def job(folder: Path, mode: str, seconds: float, **fields: object) -> JobSpec:
 def test_signal_is_forwarded_then_the_requeue_policy_decides(
     sandbox_site: SiteConfig, tmp_path: Path, launcher: str, sig: signal.Signals, status: int
 ) -> None:
-    """The warning signal reaches every rank once; the job then continues (exit 0, a
-    continuation depending on this job); a plain SIGTERM is a cancellation (program's status)."""
+    """The warning signal reaches every rank once; the job then continues (exit 0: its standby
+    now depends on this job's end); a plain SIGTERM is a cancellation (program's status, and
+    the standby is cancelled)."""
     spec = job(tmp_path, "handle", 30, launcher=launcher, gpus_per_node=2)
     proc = start(render_job(spec, sandbox_site), tmp_path)
     ranks = 1 if launcher == "none" else 2
@@ -129,12 +130,17 @@ def test_signal_is_forwarded_then_the_requeue_policy_decides(
     assert f"SIG{sig.name.removeprefix('SIG')} received, forwarding it" in err
     got = sorted(p.name for p in (tmp_path / "out").glob("got-*"))
     assert got == [f"got-{r}-{sig.name}" for r in range(ranks)]
-    submitted = (tmp_path / "sbatch.log").read_text() if sig == signal.SIGUSR2 else ""
+    # The run's standby (job 5555 from the stub), submitted when the run began.
+    (standby,) = (tmp_path / "sbatch.log").read_text().splitlines()
+    assert "--dependency=afternotok:4242 --kill-on-invalid-dep=yes" in standby
+    updates = (tmp_path / "scontrol.log").read_text()
+    assert "update jobid=4242 Requeue=0" in updates
     if sig == signal.SIGUSR2:
-        assert "--dependency=afterany:4242" in submitted
-        assert "Requeue=0" in (tmp_path / "scontrol.log").read_text()
+        assert "update jobid=5555 Dependency=afterany:4242" in updates
+        assert not (tmp_path / "scancel.log").exists()
     else:
-        assert not (tmp_path / "sbatch.log").exists()
+        assert "Dependency=afterany" not in updates
+        assert "5555" in (tmp_path / "scancel.log").read_text()
 
 
 def test_programs_without_a_handler_ignore_the_warning(

@@ -23,7 +23,7 @@ from hpcjobs.report.gpu import parse_samples, summarize
 from hpcjobs.report.html import report_page
 from hpcjobs.runner import Result
 from hpcjobs.runtime.checkpoint import CheckpointDir
-from hpcjobs.runtime.progress import ProgressWriter, Report, parse_log
+from hpcjobs.runtime.progress import ProgressWriter, Report, node_name, parse_log
 from hpcjobs.slurm.client import SlurmClient
 from tests.unit.test_slurm_client import FakeRunner, ok
 
@@ -161,7 +161,7 @@ def test_note_progress_writes_the_rank_files_privately(
         (folder / "x").write_text("x")
     ckpt.note_progress(8)
     folder = tmp_path / "progress"
-    assert (folder / "rank-3").read_text() == "8\n"
+    assert (folder / "rank-3").read_text().split() == ["8", node_name()]
     reports = parse_log((folder / "rank-3.log").read_text())
     assert [r.step for r in reports] == [7, None, 8] and reports[1].save_s is not None
     assert ckpt.progress() == 8  # the PROGRESS file history reads is still written

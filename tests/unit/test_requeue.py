@@ -15,6 +15,9 @@ from hpcjobs.resources import templates_dir
 from tests.unit.requeue_reference import Action, Budget, Cause, classify, decide
 
 LIBRARY = templates_dir() / "lib" / "requeue.bash"
+FAULTS = templates_dir() / "lib" / "faults.bash"
+#: The two libraries every batch script carries, in the script's order.
+SOURCE = f"source {LIBRARY}\nsource {FAULTS}"
 
 
 SMALL_BUDGET = Budget(preemption=2, timeout=1, node_failure=1, application=0)
@@ -124,6 +127,12 @@ echo "${STUB_TIME_LEFT:-UNLIMITED}"
 echo "sbatch $*" >> "$STUB_LOG"
 echo "4242;sandbox"
 """,
+    "scancel": """#!/bin/bash
+echo "scancel $*" >> "$STUB_LOG"
+""",
+    "sinfo": """#!/bin/bash
+printf '%s\\n' ${STUB_SINFO:-}
+""",
 }
 
 
@@ -168,7 +177,7 @@ def _bash_cause_and_run(
         "HPCJOBS_MAX_REQUEUES": "" if b.total is None else str(b.total),
     }
     script = (
-        f"source {LIBRARY}\n"
+        f"{SOURCE}\n"
         "HPCJOBS_SBATCH_ARGS=(--job-name=x --array=0-9 -d afterok:1 --nodes=2 "
         "--output=/o/slurm-%j.out)\n"
         f'hpcjobs_finish {case.exit_code} "{signal}"\n'
@@ -236,7 +245,7 @@ def test_bash_begin_counts_slurm_requeue_as_node_failure(tmp_path: Path) -> None
         "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
         "HPCJOBS_MAX_REQUEUE_NODE_FAILURE": "1",
     }
-    script = f"source {LIBRARY}\nhpcjobs_begin\necho restart=$HPCJOBS_RESTART_COUNT\n"
+    script = f"{SOURCE}\nhpcjobs_begin\necho restart=$HPCJOBS_RESTART_COUNT\n"
     run_dir.mkdir()
     (run_dir / "chain-7.tsv").write_text("1.0\t7\t0\tstart\t-\tcheckpoint=-1\n")
     proc = subprocess.run(
@@ -269,7 +278,7 @@ def test_bash_cancelled_job_is_not_marked_done(tmp_path: Path) -> None:
         "HPCJOBS_RUN_DIR": str(run_dir),
         "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
     }
-    script = f'source {LIBRARY}\nhpcjobs_finish {case.exit_code} ""\n'
+    script = f'{SOURCE}\nhpcjobs_finish {case.exit_code} ""\n'
     out = subprocess.run(
         ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30, check=True
     ).stdout
@@ -298,7 +307,7 @@ def test_bash_chain_end_after_a_slurm_requeue_is_not_requeued_again(
     }
     for code, end in (("0", "end\tfinish\tcompleted"), ("3", "end\tfail\tapplication")):
         (tmp_path / "calls.log").write_text("")
-        script = f'source {LIBRARY}\nhpcjobs_finish {code} ""\n'
+        script = f'{SOURCE}\nhpcjobs_finish {code} ""\n'
         subprocess.run(
             ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30, check=True
         )
@@ -319,7 +328,7 @@ def test_bash_begin_exits_when_done(tmp_path: Path) -> None:
         "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
     }
     proc = subprocess.run(
-        ["bash", "-c", f"source {LIBRARY}\nhpcjobs_begin\necho RAN"],
+        ["bash", "-c", f"{SOURCE}\nhpcjobs_begin\necho RAN"],
         env=env,
         capture_output=True,
         text=True,
@@ -332,7 +341,7 @@ def test_bash_begin_exits_when_done(tmp_path: Path) -> None:
 
 def test_bash_seconds() -> None:
     script = (
-        f"source {LIBRARY}\n"
+        f"{SOURCE}\n"
         'for t in 1-02:03:04 02:03:04 3:04 59 UNLIMITED; do echo "[$(hpcjobs_seconds $t)]"; done'
     )
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
@@ -363,7 +372,7 @@ def _library_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _bash(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", "-c", f"source {LIBRARY}\n{script}", "job.sbatch"],
+        ["bash", "-c", f"{SOURCE}\n{script}", "job.sbatch"],
         env=env,
         capture_output=True,
         text=True,
@@ -442,7 +451,7 @@ def test_begin_sets_aside_a_log_left_by_an_earlier_job_with_the_same_id(tmp_path
     assert proc.returncode == 0, proc.stderr
     assert "RAN" in proc.stdout
     events = (run_dir / "chain-300.tsv").read_text().splitlines()
-    assert [e.split("\t")[3] for e in events] == ["start"]
+    assert [e.split("\t")[3] for e in events] == ["start", "standby"]
     assert list(run_dir.glob("chain-300.tsv.stale-*"))
     assert not (run_dir / "DONE-300").exists()
 

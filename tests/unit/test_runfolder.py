@@ -28,6 +28,9 @@ from hpcjobs.script.jobspec import Where, parse_spec
 from hpcjobs.script.render import render_job
 
 LIBRARY = templates_dir() / "lib" / "requeue.bash"
+FAULTS = templates_dir() / "lib" / "faults.bash"
+#: The two libraries every batch script carries, in the script's order.
+SOURCE = f"source {LIBRARY}\nsource {FAULTS}"
 
 
 def _identity(*command: str, env: dict[str, str] | None = None, workdir: str = "/w") -> dict:
@@ -244,7 +247,7 @@ def _begin(tmp_path: Path, ckpt: Path, print_: str) -> subprocess.CompletedProce
         "HPCJOBS_RUN_FILE": str(ckpt / RUN_FILE),
     }
     return subprocess.run(
-        ["bash", "-c", f"source {LIBRARY}\nhpcjobs_begin\necho RAN"],
+        ["bash", "-c", f"{SOURCE}\nhpcjobs_begin\necho RAN"],
         env=env,
         capture_output=True,
         text=True,

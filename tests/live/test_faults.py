@@ -1,0 +1,320 @@
+"""Faults Slurm does not announce, on the sandbox: dead nodes, crashing ranks, hung ranks.
+
+Every job runs ``requeue_workload.py`` on 2 nodes, one rank per node (rank 0 on the batch host,
+rank 1 on the other node). The chain must be running again within seconds of the fault, from
+its newest complete checkpoint, on nodes without the one at fault, and end with the result of
+an uninterrupted run. Each test reads the chain's event log (``hpcjobs.jobs.chain``) for the
+cause, the suspect, the evidence and the exclusions, as ``hpcjobs history`` does.
+
+A node failure is ``scontrol update nodename=X state=down``: Slurm kills the job's steps, and the
+sandbox's ``ReturnToService=2`` brings the node back at once (its slurmd still answers), so the
+exclusion is all that keeps the next run off it. For a dead batch host the test first
+silences that node's slurmd and slurmstepd (SIGSTOP) and kills the job's processes there, the
+batch script among them, so that nothing of that run can act, as on a host that lost power.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from hpcjobs.jobs.chain import Chain, Event, Interruption
+from hpcjobs.runtime.progress import parse_log
+from tests.live.cluster import HPCJOBS, Cluster, Job, reference
+from tests.live.waiting import wait_for
+
+#: A real NCCL InfiniBand completion error, as NCCL 2.21 prints it (src/transport/net_ib.cc).
+NCCL_IB_ERROR = (
+    "gpu017:2291:2374 [1] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+    "10.10.1.18<52433> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid "
+    "::ffff:10.10.1.17 remoteGid ::ffff:10.10.1.18"
+)
+
+TWO_NODES = ("-N", "2", "--gpus-per-node", "1", "-t", "5:00")
+
+
+def nodes_of(cluster: Cluster, job_id: str) -> list[str]:
+    text = cluster.slurm("squeue", "-h", "-j", job_id, "-o", "%N").strip()
+    return cluster.slurm("scontrol", "show", "hostnames", text).split()
+
+
+def run_nodes(cluster: Cluster, start: Event) -> list[str]:
+    """The nodes of the run that ``start`` began (its ``nodes=`` detail)."""
+    hostlist = start.detail.split("nodes=")[1].split()[0]
+    return cluster.slurm("scontrol", "show", "hostnames", hostlist).split()
+
+
+def resumed(job: Job, after: int = 1, timeout: float = 60) -> tuple[Interruption, Event]:
+    """The chain's ``after``-th interruption once the run after it has started, and that start."""
+
+    def probe() -> tuple[Interruption, Event] | None:
+        chain = job.chain
+        stops = chain.interruptions()
+        if len(stops) < after or stops[after - 1].resumed_at is None:
+            return None
+        starts = [e for e in chain.events if e.event == "start"]
+        return stops[after - 1], starts[after]
+
+    return wait_for(f"chain {job.root} to run again", probe, timeout, every=0.1)
+
+
+def last_report(job: Job, rank: int, step: int) -> float:
+    """When ``rank`` reported ``step`` (its progress log)."""
+    (folder,) = job.folder.glob("progress-*")
+    text = (folder / f"rank-{rank}.log").read_text()
+    times = [r.time for r in parse_log(text) if r.step == step]
+    assert times, text
+    return times[-1]
+
+
+def finished(job: Job, chain: Chain) -> None:
+    assert chain.final is not None and chain.final.cause == "finish", job.chain_file.read_text()
+    assert job.result == reference(job.steps, job.cluster.folder)
+
+
+def events(chain: Chain, kind: str) -> list[Event]:
+    return [e for e in chain.events if e.event == kind]
+
+
+@contextmanager
+def node_down(cluster: Cluster, node: str) -> Iterator[float]:
+    """Set ``node`` DOWN (yields the time), and bring it back afterwards."""
+    try:
+        when = time.time()
+        cluster.slurm("scontrol", "update", f"nodename={node}", "state=down", "reason=fault-test")
+        yield when
+    finally:
+        cluster.slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        wait_for(f"node {node} to be back", lambda: cluster.node_up(node), 60)
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def node_processes(cluster: Cluster, job_id: str, node: str) -> tuple[list[int], list[int]]:
+    """(the job's processes on ``node``, that node's slurmd and slurmstepd processes)."""
+    conf = cluster.env["SLURM_CONF"]
+    job_pids = []
+    daemons = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        cmd = _cmdline(pid)
+        if cmd.startswith("/usr/sbin/slurmd ") and f"-f {conf}" in cmd and cmd.endswith(f" {node}"):
+            daemons.add(pid)
+            continue
+        env = _environ(pid)
+        if env.get("SLURM_JOB_ID") == job_id and env.get("SLURMD_NODENAME") == node:
+            job_pids.append(pid)
+            parent = _parent(pid)
+            if _cmdline(parent).startswith("slurmstepd"):
+                daemons.add(parent)
+    return job_pids, sorted(daemons)
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+# ---- 1, 2: a node dies ----------------------------------------------------------------------
+
+
+def test_node_down_resumes_on_other_nodes_within_seconds(cluster: Cluster) -> None:
+    job = cluster.submit("fault-node", *TWO_NODES, steps=150)
+    job.progress_at_least(20)
+    first = nodes_of(cluster, job.root)
+    batch = events(job.chain, "start")[0].detail.split("batch=")[1]
+    victim = next(n for n in first if n != batch)
+    with node_down(cluster, victim) as down_at:
+        stop, start = resumed(job)
+        nodes = run_nodes(cluster, start)
+    chain = job.ended()
+
+    assert stop.cause == "node_failure", job.chain_file.read_text()
+    assert start.time - down_at <= 10, (start.time - down_at, job.chain_file.read_text())
+    assert victim not in nodes and len(nodes) == 2
+    assert stop.suspect == victim and stop.excluded == [victim]
+    assert "Node failure on" in (stop.evidence or "")
+    # From the newest complete checkpoint: the survivors checkpointed on Slurm's SIGTERM.
+    assert stop.resumed_from == stop.checkpoint_at_stop and stop.resumed_from is not None
+    finished(job, chain)
+    # No requeue hold: the standby was a new job id, started at once.
+    assert stop.how.startswith(f"continued as job {stop.resumed_job_id} (the standby)")
+    assert f"--exclude={victim}" not in job.log  # the standby's exclusion was an update
+    later = [run_nodes(cluster, s) for s in events(chain, "start")[1:]]
+    assert all(victim not in nodes for nodes in later)
+
+
+def test_batch_host_dies_and_the_standby_takes_over(cluster: Cluster) -> None:
+    job = cluster.submit("fault-batch-host", *TWO_NODES, steps=150)
+    job.progress_at_least(20)
+    batch = events(job.chain, "start")[0].detail.split("batch=")[1]
+    job_pids, daemons = node_processes(cluster, job.root, batch)
+    assert job_pids and daemons, "no process of the job found on its batch host"
+    # The host dies: its Slurm daemons fall silent, its processes are gone (the batch script
+    # among them, so nothing of this run can act); then Slurm marks it DOWN.
+    _signal_all(daemons, signal.SIGSTOP)
+    try:
+        _signal_all(job_pids, signal.SIGKILL)
+        with node_down(cluster, batch) as down_at:
+            stop, start = resumed(job)
+            nodes = run_nodes(cluster, start)
+            _signal_all(daemons, signal.SIGCONT)
+    finally:
+        _signal_all(daemons, signal.SIGCONT)
+    chain = job.ended()
+
+    assert stop.cause == "node_failure", job.chain_file.read_text()
+    assert start.time - down_at <= 10, (start.time - down_at, job.chain_file.read_text())
+    assert batch not in nodes and len(nodes) == 2
+    assert stop.suspect == batch and batch in stop.excluded
+    # The dead run could log nothing: its standby did, from what Slurm says.
+    assert stop.how.startswith(f"standby job {start.job_id} took over from job {job.root}")
+    assert "NODE_FAIL" in stop.how
+    assert stop.resumed_from is not None and stop.resumed_from >= 9
+    finished(job, chain)
+
+
+# ---- 3, 5: a rank crashes -------------------------------------------------------------------
+
+
+def test_nccl_error_is_infrastructure_and_its_node_is_excluded(cluster: Cluster) -> None:
+    job = cluster.submit(
+        "fault-nccl", *TWO_NODES, steps=120,
+        extra=("--fault", "crash", "--fault-at", "25", "--fault-text", NCCL_IB_ERROR),
+    )  # fmt: skip
+    stop, start = resumed(job, timeout=90)
+    crashed_at = last_report(job, 1, 25)
+    nodes = run_nodes(cluster, start)
+    chain = job.ended()
+
+    assert stop.cause == "infrastructure", job.chain_file.read_text()
+    first = run_nodes(cluster, events(chain, "start")[0])
+    suspect = first[1]  # rank 1 ran on the second node
+    assert stop.suspect == suspect and stop.excluded == [suspect]
+    assert stop.evidence is not None and "NET/IB : Got completion from peer" in stop.evidence
+    assert start.time - crashed_at <= 10, (start.time - crashed_at, job.chain_file.read_text())
+    assert suspect not in nodes
+    # The newest complete checkpoint: rank 0 saved one more on srun's SIGTERM after the crash.
+    assert stop.resumed_from == stop.checkpoint_at_stop
+    assert stop.resumed_from is not None and stop.resumed_from >= 19
+    finished(job, chain)
+
+
+def test_python_exception_is_application_and_blames_nobody(cluster: Cluster) -> None:
+    job = cluster.submit(
+        "fault-raise", *TWO_NODES, steps=100, extra=("--fault", "raise", "--fault-at", "12")
+    )
+    chain = job.ended(timeout=90)
+
+    assert chain.final is not None
+    assert chain.final.detail == "application failed with exit code 1 (not requeued)"
+    assert not events(chain, "requeue") and not events(chain, "exclude")
+    assert not events(chain, "fault")
+    assert "ValueError: rank 1: a bug in the training loop at step 12" in job.log
+    assert "no infrastructure signature; no node blamed" in job.log
+    # The standby it had is gone: nothing of the chain is left in the queue.
+    (standby,) = chain.standby_ids
+    wait_for(f"standby {standby} to be gone", lambda: cluster.gone(standby), 30)
+
+
+# ---- 4, 6: stalls ---------------------------------------------------------------------------
+
+
+def test_hung_rank_is_a_stall_and_its_node_is_excluded(cluster: Cluster) -> None:
+    timeout = 8
+    job = cluster.submit(
+        "fault-stall", *TWO_NODES, "--stall-timeout", str(timeout), steps=400,
+        extra=("--fault", "hang", "--fault-at", "20"),
+    )  # fmt: skip
+    stop, start = resumed(job, timeout=120)
+    hung_at = last_report(job, 1, 20)
+    nodes = run_nodes(cluster, start)
+    job.cluster.jobs.append(start.job_id)
+    chain = job.ended(timeout=180)
+
+    assert stop.cause == "stall", job.chain_file.read_text()
+    first = run_nodes(cluster, events(chain, "start")[0])
+    assert stop.suspect == first[1] and stop.excluded == [first[1]]
+    assert stop.evidence is not None and stop.evidence.startswith("rank 1 at step 20 for ")
+    assert start.time - hung_at <= timeout + 20, (start.time - hung_at, job.chain_file.read_text())
+    assert first[1] not in nodes
+    # Rank 0 went on, and checkpointed on the warning signal before the step was ended.
+    assert stop.resumed_from is not None and stop.resumed_from > 20
+    assert "stall: rank 1 has been at step 20" in job.log
+    finished(job, chain)
+
+
+def test_slow_job_that_progresses_never_stalls(cluster: Cluster) -> None:
+    job = cluster.submit(
+        "fault-slow", *TWO_NODES, "--stall-timeout", "3", steps=16, extra=(
+            "--step-time", "0.1", "--fault-at", "10", "--step-time-after", "2",
+        ),
+    )  # fmt: skip
+    chain = job.ended(timeout=120)
+
+    assert [e.event for e in chain.events] == ["start", "standby", "end"]
+    finished(job, chain)
+    assert "stall" not in job.log
+
+
+# ---- 7: budgets -----------------------------------------------------------------------------
+
+
+def test_budget_for_infrastructure_is_honoured_and_history_says_so(cluster: Cluster) -> None:
+    job = cluster.submit(
+        "fault-budget", *TWO_NODES, "--max-requeues", "infrastructure=0", steps=120,
+        extra=("--fault", "crash", "--fault-at", "15", "--fault-text", NCCL_IB_ERROR),
+    )  # fmt: skip
+    chain = job.ended(timeout=90)
+
+    assert chain.final is not None
+    assert chain.final.detail == "requeue budget for infrastructure exhausted: 0/0"
+    assert not events(chain, "requeue") and not events(chain, "exclude")
+    (fault,) = events(chain, "fault")
+    assert fault.cause == "infrastructure" and "NET/IB" in fault.detail
+    env = {**os.environ, **cluster.env}
+    proc = subprocess.run(
+        [HPCJOBS, "history", "--json", job.root],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["final"] == {
+        "result": "fail",
+        "detail": "requeue budget for infrastructure exhausted: 0/0",
+    }
+    text = subprocess.run(
+        [HPCJOBS, "history", job.root],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    ).stdout  # fmt: skip
+    assert "requeue budget for infrastructure exhausted: 0/0" in text

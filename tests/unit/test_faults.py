@@ -1,0 +1,336 @@
+"""The fault library every batch script carries (templates/lib/faults.bash), with stand-ins for
+Slurm's commands, and the infrastructure signatures it searches for."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcjobs.config.models import Faults
+from hpcjobs.config.signatures import DEFAULT_SIGNATURES, all_patterns, check_ere
+from hpcjobs.jobs.chain import parse_chain
+from tests.unit.test_requeue import _bash, _library_env
+
+# ---- the signatures: real lines from NCCL, PyTorch, CUDA and the driver ------------------------
+
+INFRASTRUCTURE = {
+    "nccl-ib-completion": "gpu017:2291:2374 [1] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got "
+    "completion from peer 10.10.1.18<52433> with status=12 opcode=0 len=0 vendor err 129 (Send)",
+    "nccl-ib-completion-2.14": "node3:91:120 [0] NCCL WARN NET/IB : Got completion from peer "
+    "10.0.0.4<34567> with error 12, opcode 0, len 0, vendor err 129",
+    "nccl-ib-completion-2.29": "h1:5:9 [3] NCCL WARN NET/IB: Got completion from peer 10.0.0.2<1> "
+    "with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129 hca mlx5_0",
+    "nccl-ib-async-event": "h1:5:9 [0] NCCL WARN NET/IB : mlx5_2:1 Got async event : port error",
+    "nccl-system-error": "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/"
+    "distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with "
+    "NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+    "nccl-remote-error": "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:"
+    "2027, remote process exited or there was a network error, NCCL version 2.21.5",
+    "torch-collective-timeout": "[rank1]:[E1201 10:11:12.123456 ProcessGroupNCCL.cpp:616] [Rank 1]"
+    " Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4021, OpType=ALLREDUCE, "
+    "NumelIn=26214400, NumelOut=26214400, Timeout(ms)=600000) ran for 600009 milliseconds before "
+    "timing out.",
+    "torch-watchdog-hang": "[rank0]:[E1201 ProcessGroupNCCL.cpp:1423] [PG ID 0 PG GUID "
+    "0(default_pg) Rank 0] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making "
+    "progress",
+    "cuda-ecc": "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    "cuda-unavailable": "torch.AcceleratorError: CUDA error: CUDA-capable device(s) is/are busy "
+    "or unavailable",
+    "xid-79": "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen "
+    "off the bus.",
+    "gpu-lost": "Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost. Reboot "
+    "the system to recover this GPU",
+}
+
+APPLICATION = {
+    "value-error": "ValueError: rank 1: a bug in the training loop at step 12",
+    "assertion": "AssertionError: loss is nan",
+    "cuda-oom": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "illegal-access": "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "nccl-invalid-usage": "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:"
+    "1970, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.21.5",
+    "gloo-peer-closed": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+    "Connection closed by peer [10.0.0.2]:6000",
+}
+
+
+def _grep(line: str) -> bool:
+    args = [arg for pattern in all_patterns() for arg in ("-e", pattern)]
+    proc = subprocess.run(["grep", "-E", "-q", *args], input=line + "\n", text=True, check=False)
+    assert proc.returncode in (0, 1), proc
+    return proc.returncode == 0
+
+
+@pytest.mark.parametrize("line", INFRASTRUCTURE.values(), ids=INFRASTRUCTURE.keys())
+def test_infrastructure_lines_match_a_signature(line: str) -> None:
+    assert _grep(line)
+
+
+@pytest.mark.parametrize("line", APPLICATION.values(), ids=APPLICATION.keys())
+def test_application_errors_match_none(line: str) -> None:
+    assert not _grep(line)
+
+
+def test_every_default_is_valid_ere_and_has_a_source() -> None:
+    for sig in DEFAULT_SIGNATURES:
+        assert check_ere(sig.pattern) == sig.pattern
+        assert sig.source
+    assert len({sig.name for sig in DEFAULT_SIGNATURES}) == len(DEFAULT_SIGNATURES)
+
+
+@pytest.mark.parametrize("pattern", [r"\d+ errors", r"(?i)nccl", r"a.*?b", r"\bword"])
+def test_site_signatures_outside_ere_are_refused(pattern: str) -> None:
+    with pytest.raises(ValueError, match="grep -E"):
+        Faults(signatures=[pattern])
+
+
+def test_site_signatures_come_after_the_defaults() -> None:
+    patterns = all_patterns(["mlx5_core .* link down"])
+    assert patterns[-1] == "mlx5_core .* link down"
+    assert patterns[:-1] == [sig.pattern for sig in DEFAULT_SIGNATURES]
+
+
+# ---- classifying a crash: the first failing task, its node's copies of output ------------------
+
+
+def _crash_env(tmp_path: Path, stderr: str, captures: dict[str, str]) -> dict[str, str]:
+    env = _library_env(tmp_path, HPCJOBS_CHAIN_ROOT="300")
+    err = tmp_path / "job.err"
+    err.write_text("earlier run\nsrun: error: n9: task 0: Exited with exit code 9\n" + stderr)
+    env["ERR_FILE"] = str(err)
+    env["ERR_OFFSET"] = str(len("earlier run\nsrun: error: n9: task 0: Exited with exit code 9\n"))
+    capture = Path(env["HPCJOBS_RUN_DIR"]) / "capture-300"
+    capture.mkdir(parents=True)
+    for name, text in captures.items():
+        (capture / name).write_text(text)
+    return env
+
+
+def _crash(env: dict[str, str]) -> list[str]:
+    patterns = " ".join(shlex.quote(p) for p in all_patterns())
+    script = (
+        f"HPCJOBS_INFRA_PATTERNS=({patterns})\n"
+        "hpcjobs_err_file=$ERR_FILE hpcjobs_err_offset=$ERR_OFFSET\nhpcjobs_crash\n"
+    )
+    proc = _bash(script, env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.rstrip("\n").split("\t")
+
+
+def test_signature_in_the_failing_ranks_output_is_infrastructure(tmp_path: Path) -> None:
+    env = _crash_env(
+        tmp_path,
+        "srun: error: n2: task 1: Exited with exit code 1\nsrun: error: n1: task 0: Terminated\n",
+        {
+            "n2.rank-1": "step 20\n" + INFRASTRUCTURE["nccl-ib-completion"] + "\nTraceback ...\n",
+            "n1.rank-0": "step 20\n",
+        },
+    )
+    cause, suspect, evidence = _crash(env)
+    assert (cause, suspect) == ("infrastructure", "n2")
+    assert "NET/IB : Got completion from peer" in evidence
+
+
+def test_a_signature_wins_inside_a_traceback(tmp_path: Path) -> None:
+    trace = (
+        'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n'
+        + INFRASTRUCTURE["nccl-system-error"]
+        + "\n"
+    )
+    env = _crash_env(
+        tmp_path, "srun: error: n3: task 5: Exited with exit code 1\n", {"n3.rank-5": trace}
+    )
+    assert _crash(env)[:2] == ["infrastructure", "n3"]
+
+
+def test_plain_exception_is_application_and_blames_nobody(tmp_path: Path) -> None:
+    env = _crash_env(
+        tmp_path,
+        "srun: error: n2: task 1: Exited with exit code 1\n",
+        {
+            "n2.rank-1": "Traceback ...\n" + APPLICATION["value-error"] + "\n",
+            # Another node's rank saw its peer go away: that node is not the one that failed.
+            "n1.rank-0": INFRASTRUCTURE["nccl-remote-error"] + "\n",
+        },
+    )
+    cause, suspect, evidence = _crash(env)
+    assert (cause, suspect) == ("application", "-")
+    assert evidence == "srun: n2: task 1: Exited with exit code 1"
+
+
+@pytest.mark.parametrize(
+    ("what", "cause"),
+    [
+        ("Bus error", "infrastructure"),
+        ("Killed", "infrastructure"),
+        ("Segmentation fault (core dumped)", "application"),
+    ],
+)
+def test_signals_from_outside(tmp_path: Path, what: str, cause: str) -> None:
+    env = _crash_env(tmp_path, f"srun: error: n2: task 1: {what}\n", {"n2.rank-1": "ok\n"})
+    assert _crash(env)[0] == cause
+
+
+def test_no_srun_report_is_application(tmp_path: Path) -> None:
+    env = _crash_env(tmp_path, "python: error\n", {})
+    assert _crash(env) == ["application", "-", "-"]
+
+
+def test_a_rank_copies_its_output_unchanged(tmp_path: Path) -> None:
+    env = _library_env(tmp_path, HPCJOBS_CAPTURE_DIR=str(tmp_path), SLURMD_NODENAME="n7", RANK="3")
+    script = (
+        "( hpcjobs_capture_output; echo out-line; echo err-line >&2; printf 'no newline' )\n"
+        'sleep 0.3; cat "$HPCJOBS_CAPTURE_DIR/n7.rank-3"\n'
+    )
+    proc = _bash(script, env)
+    assert proc.returncode == 0, proc.stderr
+    assert "out-line" in proc.stdout and "err-line" in proc.stderr
+    copy = (tmp_path / "n7.rank-3").read_text()
+    assert "out-line\n" in copy and "err-line\n" in copy and copy.endswith("no newline")
+    assert (tmp_path / "n7.rank-3").stat().st_mode & 0o077 == 0
+
+
+# ---- exclusions -------------------------------------------------------------------------------
+
+
+def _exclude(tmp_path: Path, *batches: str, total: str, mx: str = "8") -> list[str]:
+    env = _library_env(
+        tmp_path,
+        HPCJOBS_CHAIN_ROOT="300",
+        SLURM_JOB_PARTITION="batch",
+        SLURM_JOB_NUM_NODES="2",
+        HPCJOBS_MAX_EXCLUDED=mx,
+    )
+    stub = Path(env["PATH"].split(":")[0]) / "scontrol"
+    stub.write_text(f"#!/bin/bash\necho 'PartitionName=batch TotalNodes={total} State=UP'\n")
+    calls = "\n".join(f"hpcjobs_exclude node_failure {b}" for b in batches)
+    proc = _bash(calls + "\nhpcjobs_excluded", env)
+    assert proc.returncode == 0, proc.stderr
+    return [line for line in proc.stdout.splitlines() if line]
+
+
+def test_exclusions_accumulate(tmp_path: Path) -> None:
+    assert _exclude(tmp_path, "n2", "n5 n6", "n2", total="16") == ["n5,n6,n2"]
+
+
+def test_exclusions_never_leave_too_few_nodes(tmp_path: Path) -> None:
+    # 3 nodes, a 2-node job: one node may be excluded; the oldest exclusion is lifted first.
+    assert _exclude(tmp_path, "n2", "n1", total="3") == ["n1"]
+    log = (tmp_path / "run" / "chain-300.tsv").read_text()
+    assert "released=n2 (at most 1 excluded)" in log
+
+
+def test_exclusions_are_bounded_by_the_site(tmp_path: Path) -> None:
+    assert _exclude(tmp_path, "n1 n2 n3", total="64", mx="2") == ["n2,n3"]
+
+
+# ---- stalls -----------------------------------------------------------------------------------
+
+
+def _stall(tmp_path: Path, writers: str, earlier: dict[str, str] | None = None) -> str:
+    """Run the stall watcher (timeout 2 s, no grace) over a child that runs ``writers``;
+    ``earlier`` holds progress files left by an earlier run."""
+    env = _library_env(
+        tmp_path,
+        HPCJOBS_CHAIN_ROOT="300",
+        HPCJOBS_STALL_TIMEOUT="2",
+        HPCJOBS_STALL_GRACE="0",
+        HPCJOBS_SIGNAL="USR2",
+    )
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    for name, text in (earlier or {}).items():
+        (progress / name).write_text(text)
+    env["HPCJOBS_PROGRESS_DIR"] = str(progress)
+    script = (
+        f'hpcjobs_run_mark="$HPCJOBS_PROGRESS_DIR/.run-300"; : >"$hpcjobs_run_mark"; sleep 1.1\n'
+        f"( trap '' USR2; P=$HPCJOBS_PROGRESS_DIR; {writers} ) &\n"
+        "hpcjobs_child=$!\nhpcjobs_stall_watch\nwait $hpcjobs_child\n"
+        "wait $hpcjobs_stall_pid 2>/dev/null\nhpcjobs_stalled\n"
+    )
+    started = time.monotonic()
+    proc = _bash(script, env)
+    assert proc.returncode in (0, 137), proc.stderr
+    assert time.monotonic() - started < 25
+    return proc.stdout.strip()
+
+
+def test_a_rank_behind_the_others_is_the_suspect(tmp_path: Path) -> None:
+    record = _stall(
+        tmp_path,
+        'echo "5 n2" >$P/rank-1; for i in $(seq 6 40); do echo "$i n1" >$P/rank-0; sleep 0.3; done',
+    )
+    node, rank, step, idle, tied = record.split("\t")
+    assert (node, rank, step, tied) == ("n2", "1", "5", "0")
+    assert int(idle) >= 2
+
+
+def test_tied_ranks_blame_nobody(tmp_path: Path) -> None:
+    record = _stall(tmp_path, 'echo "5 n1" >$P/rank-0; echo "5 n2" >$P/rank-1; sleep 30')
+    node, _rank, step, _idle, tied = record.split("\t")
+    assert (node, step, tied) == ("-", "5", "1")
+
+
+def test_progressing_and_silent_ranks_never_stall(tmp_path: Path) -> None:
+    # rank 0 advances every 0.5 s; rank 7 never reports: nobody is judged, the child ends itself.
+    record = _stall(tmp_path, 'for i in $(seq 1 12); do echo "$i n1" >$P/rank-0; sleep 0.5; done')
+    assert record == ""
+
+
+def test_reports_from_an_earlier_run_are_not_judged(tmp_path: Path) -> None:
+    # The files of the run before stay as they were; this run has not reported yet.
+    record = _stall(tmp_path, "sleep 5", earlier={"rank-0": "40 n1\n", "rank-1": "39 n2\n"})
+    assert record == ""
+
+
+# ---- the event log: faults, exclusions, standbys ------------------------------------------------
+
+
+def test_history_reads_suspect_evidence_and_exclusions() -> None:
+    rows = [
+        ("1.0", "100", "start", "-", "checkpoint=-1 nodes=n[1-2] batch=n1"),
+        ("1.1", "100", "standby", "-", "standby job 101 for job 100"),
+        ("5.0", "100", "fault", "infrastructure", "node=n2 evidence=NCCL WARN NET/IB : Got x"),
+        ("5.1", "100", "exclude", "infrastructure", "nodes=n2"),
+        (
+            "5.2",
+            "100",
+            "requeue",
+            "infrastructure",
+            "continued as job 101 (the standby) checkpoint=19 progress=25",
+        ),
+        ("6.0", "101", "start", "-", "checkpoint=19 nodes=n[1,3] batch=n1"),
+        ("6.1", "101", "standby", "-", "standby job 102 for job 101"),
+        (
+            "9.0",
+            "102",
+            "fault",
+            "node_failure",
+            "node=n1 job=101 evidence=job 101 ended NODE_FAIL without a word (batch host n1)",
+        ),
+        ("9.0", "102", "exclude", "node_failure", "nodes=n1 released=n2 (at most 1 excluded)"),
+        (
+            "9.0",
+            "102",
+            "requeue",
+            "node_failure",
+            "standby job 102 took over from job 101 (NODE_FAIL) checkpoint=29 progress=29",
+        ),
+        ("9.8", "102", "start", "-", "checkpoint=29 nodes=n[2-3] batch=n2"),
+        ("20.0", "102", "end", "finish", "completed"),
+    ]
+    chain = parse_chain("".join(f"{t}\t{j}\t0\t{e}\t{c}\t{d}\n" for t, j, e, c, d in rows))
+    first, second = chain.interruptions()
+    assert (first.cause, first.suspect, first.excluded) == ("infrastructure", "n2", ["n2"])
+    assert first.evidence == "NCCL WARN NET/IB : Got x"
+    assert (first.job_id, first.resumed_job_id, first.resumed_from) == ("100", "101", 19)
+    assert (second.job_id, second.resumed_job_id) == ("101", "102")
+    assert (second.suspect, second.excluded) == ("n1", ["n1"])
+    assert second.resume_latency == pytest.approx(0.8)
+    assert chain.job_ids == ["100", "101", "102"]
+    assert chain.standby_ids == ["101", "102"]
+    assert chain.standby_for("101") == "102"
