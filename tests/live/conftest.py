@@ -118,4 +118,4 @@ def cluster(slurm_env: dict[str, str], shared_tmp: Path, slurm_version: str) -> 
     yield box
     # Nothing a test started may outlive it: continuations included.
     chains = [read_chain(p) for p in shared_tmp.glob("*/chain-*.tsv")]
-    box.cancel_all([job for chain in chains for job in chain.job_ids])
+    box.cancel_all([job for chain in chains for job in chain.job_ids + chain.standby_ids])

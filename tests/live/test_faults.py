@@ -117,9 +117,9 @@ def _parent(pid: int) -> int:
         return 0
 
 
-def node_processes(cluster: Cluster, job_id: str, node: str) -> tuple[list[int], list[int]]:
-    """(the job's processes on ``node``, that node's slurmd and slurmstepd processes)."""
-    conf = cluster.env["SLURM_CONF"]
+def node_processes(conf: str, job_id: str, node: str) -> tuple[list[int], list[int]]:
+    """(the job's processes on ``node``, that node's slurmd and slurmstepd processes), for the
+    sandbox whose ``slurm.conf`` is ``conf``."""
     job_pids = []
     daemons = set()
     for entry in Path("/proc").iterdir():
@@ -178,7 +178,7 @@ def test_batch_host_dies_and_the_standby_takes_over(cluster: Cluster) -> None:
     job = cluster.submit("fault-batch-host", *TWO_NODES, steps=150)
     job.progress_at_least(20)
     batch = events(job.chain, "start")[0].detail.split("batch=")[1]
-    job_pids, daemons = node_processes(cluster, job.root, batch)
+    job_pids, daemons = node_processes(cluster.env["SLURM_CONF"], job.root, batch)
     assert job_pids and daemons, "no process of the job found on its batch host"
     # The host dies: its Slurm daemons fall silent, its processes are gone (the batch script
     # among them, so nothing of this run can act); then Slurm marks it DOWN.

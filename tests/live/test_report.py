@@ -167,8 +167,9 @@ def test_report_of_a_chain_preempted_once(site: Site, preempted: tuple[str, Path
     assert sum(report["shares"].values()) == pytest.approx(1.0, abs=1e-9)
     # Redone steps: exactly what the event log says was lost (progress at the stop minus the
     # checkpoint resumed from), and more than none (the workload does not save on the signal).
+    # (How many depends on when the signal lands between two checkpoints: at least one.)
     lost = sum(s.steps_lost or 0 for s in stops)
-    assert lost >= 11 and all(s.steps_lost is not None for s in stops), stops
+    assert lost >= 1 and all(s.steps_lost is not None for s in stops), stops
     assert report["redone_steps"] == lost == report["steps_lost_event_log"], report
     assert report["parts_s"]["redone"] > 0
     assert report["runs"][0]["signal_at"] is not None

@@ -334,3 +334,30 @@ def test_history_reads_suspect_evidence_and_exclusions() -> None:
     assert chain.job_ids == ["100", "101", "102"]
     assert chain.standby_ids == ["101", "102"]
     assert chain.standby_for("101") == "102"
+
+
+# ---- the site's health check on a suspect ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("code", "excluded"), [(0, []), (3, ["n2"])])
+def test_health_check_clears_or_excludes_the_suspect(
+    tmp_path: Path, code: int, excluded: list[str]
+) -> None:
+    env = _library_env(
+        tmp_path,
+        HPCJOBS_CHAIN_ROOT="300",
+        HPCJOBS_HEALTH_CHECK="echo checking; exit $CODE",
+        CODE=str(code),
+    )
+    srun = Path(env["PATH"].split(":")[0]) / "srun"
+    # Runs the command given after the options, as srun would on the node.
+    srun.write_text('#!/bin/bash\necho "srun $*" >> "$STUB_LOG"\nshift 6\nexec "$@"\n')
+    srun.chmod(0o755)
+    proc = _bash("hpcjobs_fault_exclude infrastructure n2\nhpcjobs_excluded", env)
+    assert proc.returncode == 0, proc.stderr
+    assert [line for line in proc.stdout.splitlines() if line] == [",".join(excluded)][: len(excluded)]
+    calls = (tmp_path / "calls.log").read_text()
+    assert "srun --overlap --nodes=1 --ntasks=1 --nodelist=n2" in calls
+    log = (tmp_path / "run" / "chain-300.tsv").read_text()
+    assert ("\thealth\tpass\tnode=n2 checking" in log) == (code == 0)
+    assert ("\thealth\tfail\tnode=n2 exit=3 checking" in log) == (code != 0)

@@ -197,6 +197,7 @@ HPCJOBS_SIGNAL_LEAD=300
 declare HPCJOBS_MAX_REQUEUE_PREEMPTION=20 HPCJOBS_MAX_REQUEUE_TIMEOUT=10 HPCJOBS_MAX_REQUEUE_NODE_FAILURE=5 HPCJOBS_MAX_REQUEUE_INFRASTRUCTURE=3 HPCJOBS_MAX_REQUEUE_STALL=3 HPCJOBS_MAX_REQUEUE_APPLICATION=0
 HPCJOBS_MAX_REQUEUES=''
 # Faults without a warning: stall detection, exclusions, health check, crash signatures.
+HPCJOBS_STANDBY=1
 HPCJOBS_STALL_TIMEOUT=1800
 HPCJOBS_STALL_GRACE=10
 HPCJOBS_MAX_EXCLUDED=8
@@ -733,7 +734,8 @@ hpcjobs_no_requeue_after() {
 #   * stall detection: a rank whose progress report ($HPCJOBS_PROGRESS_DIR/rank-<RANK>) has not
 #     advanced for HPCJOBS_STALL_TIMEOUT s ends the run as cause 'stall';
 #   * exclusions: suspects and failed nodes are left out of every later run (bounded).
-# Inputs: HPCJOBS_STALL_TIMEOUT (s, 0 = off), HPCJOBS_STALL_GRACE (s), HPCJOBS_MAX_EXCLUDED,
+# Inputs: HPCJOBS_STANDBY (1: keep a standby; 0 for --no-requeue), HPCJOBS_STALL_TIMEOUT (s,
+#         0 = off), HPCJOBS_STALL_GRACE (s), HPCJOBS_MAX_EXCLUDED,
 #         HPCJOBS_HEALTH_CHECK (shell command run on a suspect; empty = none),
 #         HPCJOBS_HEALTH_TIMEOUT (s), the array HPCJOBS_INFRA_PATTERNS (extended regular
 #         expressions), HPCJOBS_STANDBY_FOR (set only in a standby: the run it stands by for).
@@ -772,6 +774,8 @@ hpcjobs_faults_begin() {
     if [[ -n ${hpcjobs_err_file:-} && -f $hpcjobs_err_file ]]; then
         hpcjobs_err_offset=$(stat -c %s -- "$hpcjobs_err_file" 2>/dev/null || echo 0)
     fi
+    # This run has begun: whoever logged how the run before it ended is settled.
+    rmdir -- "$HPCJOBS_RUN_DIR/.takeover-$(hpcjobs_self_id)" 2>/dev/null
     hpcjobs_run_mark="$HPCJOBS_PROGRESS_DIR/.run-$(hpcjobs_self_id)"
     (umask 077 && : >"$hpcjobs_run_mark") 2>/dev/null
     rm -f -- "$(hpcjobs_stall_file)" 2>/dev/null
@@ -850,8 +854,11 @@ hpcjobs_standby_of() {
 # hpcjobs_standby_submit: give this run a standby (while the node failure budget lasts), and
 # stop Slurm requeueing this job itself: with a standby, a dead node ends the job at once and
 # releases its standby, instead of a requeue held for ~2 minutes.
+# Not for array tasks (a standby per task would double a big array in the queue; a task's node
+# failure goes through Slurm's requeue), nor for a job submitted --no-requeue (HPCJOBS_STANDBY=0).
 hpcjobs_standby_submit() {
     local self old new used allowed
+    [[ ${HPCJOBS_STANDBY:-1} == 1 && -z ${SLURM_ARRAY_TASK_ID:-} ]] || return 0
     self=$(hpcjobs_self_id)
     used=$(hpcjobs_count requeue node_failure)
     allowed=$(hpcjobs_budget node_failure)
@@ -878,6 +885,7 @@ hpcjobs_standby_cancel() {
     [[ -n ${hpcjobs_standby:-} ]] || return 0
     scancel --quiet "$hpcjobs_standby" 2>/dev/null ||
         hpcjobs_log "could not cancel the standby job $hpcjobs_standby"
+    rmdir -- "$HPCJOBS_RUN_DIR/.takeover-$hpcjobs_standby" 2>/dev/null
     hpcjobs_standby=""
     return 0
 }
@@ -898,7 +906,9 @@ hpcjobs_standby_retarget() {
     [[ -n ${hpcjobs_standby:-} ]] || return 1
     # Two updates: Slurm refuses the whole of one that holds a refused field. If the exclusion
     # comes too late, the standby hands over when it starts (hpcjobs_handoff_if_excluded).
-    scontrol update "jobid=$hpcjobs_standby" "ExcNodeList=$(hpcjobs_excluded)" >/dev/null 2>&1
+    local excluded
+    excluded=$(hpcjobs_excluded)
+    [[ -n $excluded ]] && scontrol update "jobid=$hpcjobs_standby" "ExcNodeList=$excluded" >/dev/null 2>&1
     if ! scontrol update "jobid=$hpcjobs_standby" "Dependency=afterany:$SLURM_JOB_ID" >/dev/null 2>&1; then
         # Slurm may already have started it (this run died of a node failure).
         local state

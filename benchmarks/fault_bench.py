@@ -1,0 +1,245 @@
+"""Resume latency after faults Slurm does not announce, on the sandbox: hpcjobs vs Slurm's default.
+
+For a 2-node ``hpcjobs submit`` job (one rank per node) it injects, one job each:
+
+  * node failure: the node that is not the batch host is set DOWN;
+  * batch host failure: the batch host's slurmd and slurmstepd are frozen and the job's
+    processes there killed (nothing of that run can act), then it is set DOWN;
+  * infrastructure crash: rank 1 prints a real NCCL InfiniBand error and exits 1;
+  * stall: rank 1 stops progressing (``--stall-timeout 10``, the site's 10 s grace).
+
+and prints the time from the fault (the DOWN, the crashing rank's last progress report, the hung
+rank's last report) to the chain running again, and whether the next run avoided the node.
+
+Slurm's default path, for comparison: a plain ``sbatch --requeue`` 2-node job whose second node
+is set DOWN comes back after Slurm's requeue hold (``--skip-default`` leaves it out: it takes
+about two and a half minutes); a crashed job is FAILED and stays so; a hung one burns its time
+limit. Times come from the event log and the progress reports (no sacct rounding).
+
+Run: SLURM_CONF=<state>/etc/slurm.conf .venv/bin/python benchmarks/fault_bench.py
+Without SLURM_CONF it starts (and afterwards stops) a sandbox of its own, like requeue_bench.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from requeue_bench import HPCJOBS, PYTHON, ROOT, WORKLOAD, Slurm, cluster, wait_for
+
+sys.path.insert(0, str(ROOT))
+
+from hpcjobs.jobs.chain import Chain, read_chain
+from hpcjobs.runtime.progress import parse_log
+from tests.live.test_faults import NCCL_IB_ERROR, node_processes
+
+PLAIN_JOB = """#!/bin/bash
+date +%s.%N >> {starts}
+srun -N 2 --ntasks-per-node=1 sleep 600
+"""
+
+
+def submit(
+    slurm: Slurm, folder: Path, name: str, *extra: str, options: tuple[str, ...] = ()
+) -> str:
+    out = folder / name
+    out.mkdir(mode=0o755)
+    argv = [HPCJOBS, "--site", "sandbox", "submit", "-J", name, "--output-dir", str(out)]
+    argv += ["-N", "2", "--gpus-per-node", "1", "-t", "10:00", *options, "--", PYTHON, WORKLOAD]
+    argv += ["--steps", "400", "--result", str(out / "result.json"), *extra]
+    root = slurm.run(*argv, cwd=out).split()[-1]
+    slurm.jobs.append(root)
+    return root
+
+
+def chain_of(folder: Path, name: str, root: str) -> Chain:
+    return read_chain(folder / name / f"chain-{root}.tsv")
+
+
+def next_start(folder: Path, name: str, root: str, timeout: float = 120) -> tuple[float, str]:
+    """When the chain's second run began, and its nodes."""
+
+    def probe() -> tuple[float, str] | None:
+        starts = [e for e in chain_of(folder, name, root).events if e.event == "start"]
+        if len(starts) < 2:
+            return None
+        return starts[1].time, starts[1].detail.split("nodes=")[1].split()[0]
+
+    return wait_for(f"{name} to run again", probe, timeout)
+
+
+def first_run(folder: Path, name: str, root: str) -> tuple[list[str], str]:
+    start = wait_for(
+        f"{name} to start",
+        lambda: next((e for e in chain_of(folder, name, root).events if e.event == "start"), None),
+        120,
+    )
+    nodes = start.detail.split("nodes=")[1].split()[0]
+    return [nodes], start.detail.split("batch=")[1]
+
+
+def report_time(folder: Path, name: str, rank: int, step: int) -> float:
+    (progress,) = (folder / name).glob("progress-*")
+    text = (progress / f"rank-{rank}.log").read_text()
+    return [r.time for r in parse_log(text) if r.step == step][-1]
+
+
+def progressed(folder: Path, name: str, step: int) -> Callable[[], bool]:
+    def probe() -> bool:
+        try:
+            text = (folder / name / "checkpoints" / "PROGRESS").read_text().strip()
+        except OSError:
+            return False
+        return text.isdigit() and int(text) >= step
+
+    return probe
+
+
+def hostnames(slurm: Slurm, hostlist: str) -> list[str]:
+    return slurm.run("scontrol", "show", "hostnames", hostlist).split()
+
+
+def node_down(slurm: Slurm, node: str) -> float:
+    when = time.time()
+    slurm.run("scontrol", "update", f"nodename={node}", "state=down", "reason=bench")
+    return when
+
+
+def node_back(slurm: Slurm, node: str) -> None:
+    slurm.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    time.sleep(2)
+
+
+def bench_node(slurm: Slurm, folder: Path, batch_host: bool) -> dict[str, object]:
+    name = "batch-host" if batch_host else "node"
+    root = submit(slurm, folder, name)
+    wait_for("progress", progressed(folder, name, 20), 120)
+    nodes_text, batch = first_run(folder, name, root)
+    nodes = hostnames(slurm, nodes_text[0])
+    victim = batch if batch_host else next(n for n in nodes if n != batch)
+    frozen: list[int] = []
+    if batch_host:
+        job_pids, frozen = node_processes(slurm.env["SLURM_CONF"], root, victim)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        for pid in job_pids:
+            os.kill(pid, signal.SIGKILL)
+    try:
+        down = node_down(slurm, victim)
+        start, new_nodes = next_start(folder, name, root)
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+        node_back(slurm, victim)
+    slurm.run("scancel", root, *chain_of(folder, name, root).job_ids, check=False)
+    return {"latency": start - down, "avoided": victim not in hostnames(slurm, new_nodes)}
+
+
+def bench_crash(slurm: Slurm, folder: Path) -> dict[str, object]:
+    name = "crash"
+    root = submit(slurm, folder, name, "--fault", "crash", "--fault-at", "25", "--fault-text",
+                  NCCL_IB_ERROR)  # fmt: skip
+    start, new_nodes = next_start(folder, name, root)
+    nodes, _batch = first_run(folder, name, root)
+    suspect = hostnames(slurm, nodes[0])[1]
+    latency = start - report_time(folder, name, 1, 25)
+    slurm.run("scancel", root, *chain_of(folder, name, root).job_ids, check=False)
+    return {"latency": latency, "avoided": suspect not in hostnames(slurm, new_nodes)}
+
+
+def bench_stall(slurm: Slurm, folder: Path, timeout: int) -> dict[str, object]:
+    name = "stall"
+    root = submit(slurm, folder, name, "--fault", "hang", "--fault-at", "20",
+                  options=("--stall-timeout", str(timeout)))  # fmt: skip
+    start, new_nodes = next_start(folder, name, root, timeout=180)
+    nodes, _batch = first_run(folder, name, root)
+    suspect = hostnames(slurm, nodes[0])[1]
+    latency = start - report_time(folder, name, 1, 20)
+    slurm.run("scancel", root, *chain_of(folder, name, root).job_ids, check=False)
+    return {"latency": latency, "avoided": suspect not in hostnames(slurm, new_nodes)}
+
+
+def default_node_failure(slurm: Slurm, folder: Path) -> dict[str, object]:
+    out = folder / "plain"
+    out.mkdir(mode=0o755)
+    starts = out / "starts"
+    script = out / "job.sh"
+    script.write_text(PLAIN_JOB.format(starts=starts))
+    job_id = slurm.run(
+        "sbatch", "--parsable", "--requeue", "-p", "batch", "-N", "2", "-J", "bench-plain",
+        "-o", "/dev/null", str(script),
+    ).strip().split(";")[0]  # fmt: skip
+    slurm.jobs.append(job_id)
+    wait_for("the plain job to start", starts.exists, 60)
+    time.sleep(2)
+    nodes = hostnames(slurm, slurm.run("squeue", "-h", "-j", job_id, "-o", "%N").strip())
+    down = node_down(slurm, nodes[-1])
+    try:
+        lines = wait_for(
+            "the plain job to run again (Slurm's requeue hold is ~2 minutes)",
+            lambda: (lambda x: x if len(x) >= 2 else None)(starts.read_text().split()),
+            300,
+            0.2,
+        )
+        again = hostnames(slurm, slurm.run("squeue", "-h", "-j", job_id, "-o", "%N").strip())
+    finally:
+        node_back(slurm, nodes[-1])
+        slurm.run("scancel", job_id, check=False)
+    return {"latency": float(lines[1]) - down, "avoided": nodes[-1] not in again}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-default", action="store_true", help="skip the ~2.5 min default")
+    parser.add_argument("--stall-timeout", type=int, default=10)
+    parser.add_argument("--state-dir", default="/tmp/hpcjobs-bench-sandbox")
+    parser.add_argument("--port-base", type=int, default=25810)
+    args = parser.parse_args()
+
+    with cluster(args) as env:
+        slurm = Slurm(env)
+        folder = Path(tempfile.mkdtemp(prefix="hpcjobs-fault-bench-", dir="/tmp"))
+        os.chmod(folder, 0o755)
+        rows: list[tuple[str, dict[str, object], str]] = []
+        try:
+            rows.append(("node failure", bench_node(slurm, folder, False), "from DOWN"))
+            rows.append(("batch host failure", bench_node(slurm, folder, True), "from DOWN"))
+            rows.append(("NCCL/IB crash", bench_crash(slurm, folder), "from the last report"))
+            rows.append((f"stall ({args.stall_timeout} s)", bench_stall(slurm, folder,
+                         args.stall_timeout), "from the last report"))  # fmt: skip
+            plain = None if args.skip_default else default_node_failure(slurm, folder)
+        finally:
+            slurm.cancel_all()
+            subprocess.run(["sleep", "1"], check=False)
+            shutil.rmtree(folder, ignore_errors=True)
+
+    print("fault                  hpcjobs: running again   avoided the node   Slurm's default path")
+    defaults = {
+        "node failure": (
+            "skipped (~121 s hold; 133 s measured)"
+            if plain is None
+            else f"{plain['latency']:.1f} s, {'avoided' if plain['avoided'] else 'same node'}"
+        ),
+        "batch host failure": "the same requeue hold",
+        "NCCL/IB crash": "never: the job is FAILED",
+    }
+    for fault, row, since in rows:
+        default = defaults.get(fault, "never: it hangs until the time limit")
+        latency = float(row["latency"])  # type: ignore[arg-type]
+        print(
+            f"{fault:22} {latency:6.1f} s {since:20} {'yes' if row['avoided'] else 'NO':>5}"
+            f"              {default}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
