@@ -280,6 +280,12 @@ class CheckpointDir:
         return result if isinstance(result, dict) else {}
 
 
+def report_step(step: int) -> None:
+    """Report that this rank finished ``step`` in its own progress file only (the stall watch and
+    ``hpcjobs report`` read it), for ranks other than the one calling ``note_progress``."""
+    _report(lambda writer: writer.step(step))
+
+
 def _report(write: Callable[[ProgressWriter], None]) -> None:
     """Report to ``$HPCJOBS_PROGRESS_DIR`` when it is set; a failure there only logs."""
     if not os.environ.get(ENV_PROGRESS_DIR):

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from hpcjobs.runtime.checkpoint import ENV_DIR, CheckpointDir
+from hpcjobs.runtime.checkpoint import ENV_DIR, CheckpointDir, report_step
 from hpcjobs.runtime.stopflag import StopFlag, initialised_dist
 
 log = logging.getLogger(__name__)
@@ -138,12 +138,16 @@ class Resumable:
         return _env_int("HPCJOBS_RESTART_COUNT", "SLURM_RESTART_COUNT")
 
     def note_progress(self, step: int) -> None:
-        """Record the last step reached (rank 0 only; cheap enough for every step).
+        """Record the last step reached (call it on every rank; cheap enough for every step).
 
-        ``hpcjobs history`` uses it to report the work lost at each interruption.
+        Rank 0 writes the checkpoint folder's ``PROGRESS``, which ``hpcjobs history`` uses for
+        the work lost at each interruption; every rank writes its own progress report, which the
+        batch script's stall watch and ``hpcjobs report`` read (docs/requeue.md, "Stalls").
         """
         if self.rank == 0:
             self.checkpoints.note_progress(step)
+        else:
+            report_step(step)
 
     def save(
         self,

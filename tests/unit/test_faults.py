@@ -361,3 +361,19 @@ def test_health_check_clears_or_excludes_the_suspect(
     log = (tmp_path / "run" / "chain-300.tsv").read_text()
     assert ("\thealth\tpass\tnode=n2 checking" in log) == (code == 0)
     assert ("\thealth\tfail\tnode=n2 exit=3 checking" in log) == (code != 0)
+
+
+def test_every_rank_reports_progress_for_the_stall_watch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcjobs.runtime.checkpoint import report_step
+
+    monkeypatch.setenv("HPCJOBS_PROGRESS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("SLURMD_NODENAME", "n7")
+    report_step(5)
+    report_step(6)
+    assert (tmp_path / "rank-2").read_text() == "6 n7\n"
+    monkeypatch.delenv("HPCJOBS_PROGRESS_DIR")
+    report_step(7)  # outside a job: nothing, no error
+    assert (tmp_path / "rank-2").read_text() == "6 n7\n"
