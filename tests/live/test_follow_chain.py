@@ -36,8 +36,9 @@ PYTHON = str(BIN / "python")
 HPCJOBS = str(BIN / "hpcjobs")
 #: A program that stops on the warning signal, as a checkpointing program does.
 STOPS_ON_USR2 = """\
-import signal, sys, time
+import pathlib, signal, sys, time
 signal.signal(signal.SIGUSR2, lambda *_: sys.exit(0))
+pathlib.Path(sys.argv[1]).touch()  # ready: the handler is in place
 time.sleep(300)
 """
 
@@ -159,7 +160,8 @@ def held_chain(login: Login, name: str) -> tuple[str, str, Path]:
     out = login.out(name)
     program = out / "stops_on_usr2.py"
     program.write_text(STOPS_ON_USR2)
-    argv = login.submit_argv(name, out, "--sbatch=--hold", "--", PYTHON, str(program))
+    ready = out / "ready"
+    argv = login.submit_argv(name, out, "--sbatch=--hold", "--", PYTHON, str(program), str(ready))
     proc = subprocess.run(
         argv, env=login.environ, cwd=out, capture_output=True, text=True, timeout=120
     )
@@ -169,6 +171,7 @@ def held_chain(login: Login, name: str) -> tuple[str, str, Path]:
     login.slurm("scontrol", "release", root)
     log = out / f"chain-{root}.tsv"
     wait_for(f"job {root} to start", lambda: read_chain(log).starts >= 1, 180)
+    wait_for(f"the program of job {root} to be ready for the signal", ready.exists, 60)
     blocker = login.slurm(
         "sbatch", "--parsable", "-p", "batch", "-N", "3", "--exclusive", "-J", "blocker",
         "-o", "/dev/null", "--wrap", "sleep 600",

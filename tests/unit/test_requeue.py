@@ -451,7 +451,7 @@ def test_begin_sets_aside_a_log_left_by_an_earlier_job_with_the_same_id(tmp_path
     assert proc.returncode == 0, proc.stderr
     assert "RAN" in proc.stdout
     events = (run_dir / "chain-300.tsv").read_text().splitlines()
-    assert [e.split("\t")[3] for e in events] == ["start", "standby"]
+    assert [e.split("\t")[3] for e in events] == ["standby", "start"]
     assert list(run_dir.glob("chain-300.tsv.stale-*"))
     assert not (run_dir / "DONE-300").exists()
 

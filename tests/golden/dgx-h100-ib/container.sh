@@ -440,8 +440,8 @@ hpcjobs_begin() {
     step=$(hpcjobs_latest_step)
     hpcjobs_faults_begin
     hpcjobs_gpu_monitor # from here on every run ends in hpcjobs_finish, which stops it
+    hpcjobs_standby_submit # before 'start': from 'start' on, the workload runs at once
     hpcjobs_event start - "checkpoint=$step nodes=${SLURM_JOB_NODELIST:-?} batch=${SLURMD_NODENAME:-?}"
-    hpcjobs_standby_submit
     # The marker 'hpcjobs logs --restart N' splits the log on.
     echo "hpcjobs: run $HPCJOBS_RESTART_COUNT of job $HPCJOBS_CHAIN_ROOT"
     if ((step >= 0)); then
