@@ -28,12 +28,21 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from requeue_bench import HPCJOBS, PYTHON, ROOT, WORKLOAD, Slurm, cluster, wait_for
+from requeue_bench import (
+    HPCJOBS,
+    PYTHON,
+    ROOT,
+    WORKLOAD,
+    Slurm,
+    cluster,
+    sandbox_options,
+    scratch,
+    wait_for,
+)
 
 sys.path.insert(0, str(ROOT))
 
@@ -200,14 +209,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-default", action="store_true", help="skip the ~2.5 min default")
     parser.add_argument("--stall-timeout", type=int, default=10)
-    parser.add_argument("--state-dir", default="/tmp/hpcjobs-bench-sandbox")
-    parser.add_argument("--port-base", type=int, default=25810)
+    sandbox_options(parser)
     args = parser.parse_args()
 
     with cluster(args) as env:
         slurm = Slurm(env)
-        folder = Path(tempfile.mkdtemp(prefix="hpcjobs-fault-bench-", dir="/tmp"))
-        os.chmod(folder, 0o755)
+        folder = scratch("hpcjobs-fault-bench-")
         rows: list[tuple[str, dict[str, object], str]] = []
         try:
             rows.append(("node failure", bench_node(slurm, folder, False), "from DOWN"))

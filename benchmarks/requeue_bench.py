@@ -104,6 +104,19 @@ def cluster(args: argparse.Namespace) -> Iterator[dict[str, str]]:
         subprocess.run([HPCJOBS, "sandbox", "down", "--state-dir", str(state)], check=False)
 
 
+def sandbox_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a benchmark that may start a sandbox of its own (see :func:`cluster`)."""
+    parser.add_argument("--state-dir", default="/tmp/hpcjobs-bench-sandbox")
+    parser.add_argument("--port-base", type=int, default=25810)
+
+
+def scratch(prefix: str) -> Path:
+    """A folder under /tmp that the jobs (other users too) can read."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chmod(folder, 0o755)
+    return folder
+
+
 def progressed(ckpt: CheckpointDir, step: int) -> bool:
     return (ckpt.progress() or 0) >= step
 
@@ -205,14 +218,12 @@ def main() -> int:
     parser.add_argument(
         "--skip-default", action="store_true", help="skip the ~2.5 min default path"
     )
-    parser.add_argument("--state-dir", default="/tmp/hpcjobs-bench-sandbox")
-    parser.add_argument("--port-base", type=int, default=25810)
+    sandbox_options(parser)
     args = parser.parse_args()
 
     with cluster(args) as env:
         slurm = Slurm(env)
-        folder = Path(tempfile.mkdtemp(prefix="hpcjobs-requeue-bench-", dir="/tmp"))
-        os.chmod(folder, 0o755)
+        folder = scratch("hpcjobs-requeue-bench-")
         try:
             rows = fast_path(slurm, folder, args.preemptions)
             plain = None if args.skip_default else default_path(slurm, folder)
