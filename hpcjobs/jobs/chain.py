@@ -146,24 +146,24 @@ class Chain:
         """How many runs of the chain began (its ``start`` events)."""
         return sum(1 for e in self.events if e.event == "start")
 
+    def _standbys(self) -> list[tuple[str, str]]:
+        """(standby job, the job whose run submitted it) for each ``standby`` event, in order."""
+        pairs = []
+        for event in self.events:
+            match = _STANDBY.match(event.detail) if event.event == "standby" else None
+            if match:
+                pairs.append((match.group(1), match.group(2)))
+        return pairs
+
     @property
     def standby_ids(self) -> list[str]:
         """Every standby job the chain's runs submitted (most are cancelled or became runs)."""
-        ids = []
-        for event in self.events:
-            match = _STANDBY.match(event.detail) if event.event == "standby" else None
-            if match and match.group(1) not in ids:
-                ids.append(match.group(1))
-        return ids
+        return list(dict.fromkeys(standby for standby, _ in self._standbys()))
 
     def standby_for(self, job_id: str) -> str | None:
         """The standby that ``job_id``'s newest run submitted, if any."""
-        found = None
-        for event in self.events:
-            match = _STANDBY.match(event.detail) if event.event == "standby" else None
-            if match and match.group(2) == job_id:
-                found = match.group(1)
-        return found
+        found = [standby for standby, owner in self._standbys() if owner == job_id]
+        return found[-1] if found else None
 
     def interruptions(self) -> list[Interruption]:
         result: list[Interruption] = []

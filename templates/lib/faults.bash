@@ -58,6 +58,13 @@ hpcjobs_faults_begin() {
     return 0
 }
 
+# hpcjobs_chain_over: nothing of the chain runs after this run: its standby is cancelled and
+# the copies of the ranks' output go.
+hpcjobs_chain_over() {
+    hpcjobs_standby_cancel
+    hpcjobs_faults_cleanup
+}
+
 # hpcjobs_faults_cleanup: the chain is over; its rank output copies go.
 hpcjobs_faults_cleanup() {
     rm -rf -- "$(hpcjobs_capture_dir)" "$(hpcjobs_stall_file)" 2>/dev/null
@@ -194,11 +201,6 @@ hpcjobs_standby_retarget() {
     echo "$hpcjobs_standby"
 }
 
-# hpcjobs_job_field INFO KEY: the value of KEY= in 'scontrol show job' output.
-hpcjobs_job_field() {
-    grep -oE "(^|[[:space:]])$2=[^[:space:]]*" <<<"$1" | head -n 1 | sed 's/^[[:space:]]*[^=]*=//'
-}
-
 # hpcjobs_hostnames HOSTLIST: one node name per line.
 hpcjobs_hostnames() {
     [[ -n $1 && $1 != "(null)" ]] || return 0
@@ -251,10 +253,10 @@ hpcjobs_after_standby_release() {
         exit 0
     fi
     info=$(timeout 20 scontrol show job "$pred" 2>/dev/null)
-    state=$(hpcjobs_job_field "$info" JobState)
-    end=$(hpcjobs_job_field "$info" EndTime)
-    nodes=$(hpcjobs_job_field "$info" NodeList)
-    batch=$(hpcjobs_job_field "$info" BatchHost)
+    state=$(hpcjobs_field "$info" JobState)
+    end=$(hpcjobs_field "$info" EndTime)
+    nodes=$(hpcjobs_field "$info" NodeList)
+    batch=$(hpcjobs_field "$info" BatchHost)
     if [[ -z $state ]]; then
         IFS='|' read -r state end nodes < <(timeout 20 sacct -n -X -P -j "$pred" \
             -o State,End,NodeList 2>/dev/null | tail -n 1)
@@ -343,8 +345,7 @@ hpcjobs_excluded() {
 hpcjobs_partition_nodes() {
     local part=${SLURM_JOB_PARTITION%%,*}
     [[ -n $part ]] || return 0
-    timeout 20 scontrol show partition "$part" -o 2>/dev/null |
-        grep -oE '(^|[[:space:]])TotalNodes=[0-9]+' | head -n 1 | sed 's/.*=//'
+    hpcjobs_field "$(timeout 20 scontrol show partition "$part" -o 2>/dev/null)" TotalNodes
 }
 
 # hpcjobs_exclude CAUSE NODE...: exclude NODEs from every later run of the chain. At most

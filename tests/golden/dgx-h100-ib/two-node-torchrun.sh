@@ -515,6 +515,13 @@ hpcjobs_seconds() {
     echo $((10#$days * 86400 + 10#$h * 3600 + 10#$m * 60 + 10#$s))
 }
 
+# hpcjobs_field INFO KEY: the value of KEY= in 'scontrol show' output INFO. The last one wins,
+# as in hpcjobs.slurm.parse, so a job name holding " KEY=..." cannot fake it; a key that only
+# ends another one (NodeList in ReqNodeList) does not count.
+hpcjobs_field() {
+    grep -oE "(^|[[:space:]])$2=[^[:space:]]*" <<<"$1" | tail -n 1 | sed 's/^[[:space:]]*[^=]*=//'
+}
+
 # hpcjobs_cause RC SIGNAL: preemption | timeout | node_failure | cancelled | none | application, or
 # requeued_preemption | requeued_node_failure when Slurm has already requeued the job itself.
 hpcjobs_cause() {
@@ -523,9 +530,8 @@ hpcjobs_cause() {
     # Slurm counts a requeue as soon as it decides it (node failure, preemption grace time over,
     # an admin's requeue): the job comes back with the same id, so no continuation is needed,
     # and the program's exit (0 after a checkpoint) must not mark the job done.
-    restarts=$(grep -oE '(^|[[:space:]])Restarts=[0-9]+' <<<"$info" | head -n 1)
-    restarts=${restarts##*=}
-    if [[ -n $restarts ]] && ((restarts > ${SLURM_RESTART_COUNT:-0})); then
+    restarts=$(hpcjobs_field "$info" Restarts)
+    if [[ $restarts =~ ^[0-9]+$ ]] && ((restarts > ${SLURM_RESTART_COUNT:-0})); then
         echo "requeued_$(hpcjobs_requeue_cause "$(hpcjobs_run_state $((${SLURM_RESTART_COUNT:-0} + 1)))" "$signal")"
         return
     fi
@@ -577,10 +583,9 @@ hpcjobs_no_slurm_requeue() {
 # that run exits, whatever its exit code (accounting records it PREEMPTED): the job would come
 # back after Slurm's ~2 minute hold only to find the chain ended. Runs Slurm never requeued
 # (SLURM_RESTART_COUNT=0) are left alone: they need no extra call to the controller.
-# Its standby, if any, is cancelled, and the copies of the ranks' output go.
+# It also lets go of what only a chain that goes on needs (hpcjobs_chain_over).
 hpcjobs_chain_ends() {
-    hpcjobs_standby_cancel
-    hpcjobs_faults_cleanup
+    hpcjobs_chain_over
     if ((${SLURM_RESTART_COUNT:-0} > 0)); then
         hpcjobs_no_slurm_requeue
     fi
@@ -673,8 +678,7 @@ hpcjobs_finish() {
             ;;
         cancelled)
             hpcjobs_event end fail "cancelled"
-            hpcjobs_standby_cancel
-            hpcjobs_faults_cleanup
+            hpcjobs_chain_over
             echo $((rc ? rc : 143))
             return
             ;;
@@ -712,8 +716,7 @@ hpcjobs_finish() {
 hpcjobs_no_requeue_after() {
     if [[ $1 == preemption ]]; then
         hpcjobs_no_slurm_requeue
-        hpcjobs_standby_cancel
-        hpcjobs_faults_cleanup
+        hpcjobs_chain_over
     else
         hpcjobs_chain_ends
     fi
@@ -778,6 +781,13 @@ hpcjobs_faults_begin() {
     (umask 077 && : >"$hpcjobs_run_mark") 2>/dev/null
     rm -f -- "$(hpcjobs_stall_file)" 2>/dev/null
     return 0
+}
+
+# hpcjobs_chain_over: nothing of the chain runs after this run: its standby is cancelled and
+# the copies of the ranks' output go.
+hpcjobs_chain_over() {
+    hpcjobs_standby_cancel
+    hpcjobs_faults_cleanup
 }
 
 # hpcjobs_faults_cleanup: the chain is over; its rank output copies go.
@@ -916,11 +926,6 @@ hpcjobs_standby_retarget() {
     echo "$hpcjobs_standby"
 }
 
-# hpcjobs_job_field INFO KEY: the value of KEY= in 'scontrol show job' output.
-hpcjobs_job_field() {
-    grep -oE "(^|[[:space:]])$2=[^[:space:]]*" <<<"$1" | head -n 1 | sed 's/^[[:space:]]*[^=]*=//'
-}
-
 # hpcjobs_hostnames HOSTLIST: one node name per line.
 hpcjobs_hostnames() {
     [[ -n $1 && $1 != "(null)" ]] || return 0
@@ -973,10 +978,10 @@ hpcjobs_after_standby_release() {
         exit 0
     fi
     info=$(timeout 20 scontrol show job "$pred" 2>/dev/null)
-    state=$(hpcjobs_job_field "$info" JobState)
-    end=$(hpcjobs_job_field "$info" EndTime)
-    nodes=$(hpcjobs_job_field "$info" NodeList)
-    batch=$(hpcjobs_job_field "$info" BatchHost)
+    state=$(hpcjobs_field "$info" JobState)
+    end=$(hpcjobs_field "$info" EndTime)
+    nodes=$(hpcjobs_field "$info" NodeList)
+    batch=$(hpcjobs_field "$info" BatchHost)
     if [[ -z $state ]]; then
         IFS='|' read -r state end nodes < <(timeout 20 sacct -n -X -P -j "$pred" \
             -o State,End,NodeList 2>/dev/null | tail -n 1)
@@ -1065,8 +1070,7 @@ hpcjobs_excluded() {
 hpcjobs_partition_nodes() {
     local part=${SLURM_JOB_PARTITION%%,*}
     [[ -n $part ]] || return 0
-    timeout 20 scontrol show partition "$part" -o 2>/dev/null |
-        grep -oE '(^|[[:space:]])TotalNodes=[0-9]+' | head -n 1 | sed 's/.*=//'
+    hpcjobs_field "$(timeout 20 scontrol show partition "$part" -o 2>/dev/null)" TotalNodes
 }
 
 # hpcjobs_exclude CAUSE NODE...: exclude NODEs from every later run of the chain. At most
