@@ -12,12 +12,19 @@ import contextlib
 import os
 from pathlib import Path
 
-#: The mode of a file only its owner may read.
+#: The mode of a file only its owner may read: every file hpcjobs writes, unless it says otherwise.
 PRIVATE = 0o600
+#: The mode of a folder only its owner may enter.
+PRIVATE_DIR = 0o700
+#: A file every user may read (configs that daemons running as other users read, job files).
+READABLE = 0o644
 
 
-def write_atomic(path: Path, data: str | bytes, *, mode: int = PRIVATE) -> Path:
+def write_atomic(path: Path, data: str | bytes, *, mode: int = PRIVATE, fsync: bool = True) -> Path:
     """Write ``data`` (text is UTF-8) to ``path`` atomically, as a new file with ``mode``.
+
+    ``fsync=False`` skips the flush to disk for files rewritten many times a second whose loss
+    in a crash of the machine costs nothing (progress reports): the rename stays atomic.
 
     Raises:
         OSError: The folder cannot be written; nothing is left behind.
@@ -31,7 +38,8 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int = PRIVATE) -> Path:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data.encode("utf-8") if isinstance(data, str) else data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if fsync:
+                os.fsync(handle.fileno())
         os.chmod(tmp, mode)  # the umask may have taken bits the mode asks for
         os.replace(tmp, path)
     except BaseException:

@@ -4,6 +4,11 @@ Library code raises these; only the CLI turns them into a message and an exit st
 Exit codes: 0 ok, 1 job failed, 2 bad input (a local setup that cannot be made, such as packages
 apt-get could not install, counts here: it is not a Slurm error), 3 Slurm error, 4 SSH/transport
 error.
+
+A command that fails is a :class:`CommandError` (exit 2: the machine is not set up as hpcjobs
+needs). It becomes a Slurm error only where it was a Slurm command: every one goes through
+:class:`~hpcjobs.slurm.client.SlurmClient`, which turns its failures into
+:class:`~hpcjobs.slurm.classify.SlurmCommandError` (exit 3).
 """
 
 from __future__ import annotations
@@ -69,8 +74,13 @@ class SlurmError(HpcJobsError):
     exit_code = EXIT_SLURM
 
 
-class CommandError(SlurmError):
-    """An external command exited non-zero. Carries argv, exit code and stderr."""
+class CommandError(HpcJobsError):
+    """An external command exited non-zero. Carries argv, exit code and stderr.
+
+    Not a :class:`SlurmError`: ``SlurmClient`` wraps the failures of Slurm's commands.
+    """
+
+    exit_code = EXIT_BAD_INPUT
 
     def __init__(
         self,

@@ -81,10 +81,10 @@ def client_for(
 
 class RecordedRunner:
     """Answers ``sinfo``, ``scontrol show`` and the node probe from output recorded from one
-    Slurm release (``tests/data/configs/slurm/<version>``)."""
+    Slurm release (``tests/data/slurm/<version>/cluster``)."""
 
     def __init__(self, version: str, probe: str | None = None) -> None:
-        self.folder = DATA / "configs" / "slurm" / version
+        self.folder = DATA / "slurm" / version / "cluster"
         self.probe = probe
         self.calls: list[tuple[str, ...]] = []
 

@@ -7,14 +7,13 @@ and never imports submitit, paramiko or torch.
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from hpcjobs import __version__
-from hpcjobs.config.locate import SITE_ENV
+from hpcjobs.config import SITE_ENV
 from hpcjobs.errors import EXIT_BAD_INPUT, HpcJobsError
 
 if TYPE_CHECKING:
@@ -83,6 +82,8 @@ def _debug_enabled(ctx: click.Context) -> bool:
 
 
 def _configure_logging(verbose: int, quiet: int) -> None:
+    import logging  # here, not at the top: '--help' never gets this far
+
     level = logging.WARNING - 10 * verbose + 10 * quiet
     logging.basicConfig(
         level=max(logging.DEBUG, min(level, logging.CRITICAL)),

@@ -194,10 +194,10 @@ def _compare(
 
 
 def _write_page(path: Path, page: str) -> None:
-    from hpcjobs.jobs.records import write_private
+    from hpcjobs.atomicfile import write_atomic
 
     try:
-        write_private(path, page)
+        write_atomic(path, page)
     except OSError as exc:
         raise BadInputError(
             f"cannot write {path}: {exc.strerror}", hint="choose another --html file"

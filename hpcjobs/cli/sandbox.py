@@ -7,12 +7,15 @@ import shlex
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from hpcjobs.cli.options import Count
-from hpcjobs.sandbox.cluster import Sandbox, Status
 from hpcjobs.sandbox.layout import DEFAULT_PORT_BASE, Settings
+
+if TYPE_CHECKING:
+    from hpcjobs.sandbox.cluster import Sandbox, Status
 
 state_dir_option = click.option(
     "--state-dir",
@@ -98,7 +101,7 @@ def up(
     other Debian release it first builds a Debian root with debootstrap (once, about a
     minute) and runs every daemon under chroot there.
     """
-    box = Sandbox(state_dir, release)
+    box = _sandbox(state_dir, release)
     box.binds = [p.resolve() for p in binds]
     base = box.saved_settings() or Settings()
     changes = {
@@ -144,7 +147,7 @@ def down(state_dir: Path | None, release: str | None, purge: bool) -> None:
 
     A sandbox of the other release also unmounts what it bound into its root.
     """
-    box = Sandbox(state_dir, release)
+    box = _sandbox(state_dir, release)
     stopped = box.down(purge=purge, progress=_progress)
     if stopped:
         click.echo(f"Sandbox stopped ({len(stopped)} process(es)).", err=True)
@@ -161,7 +164,7 @@ def status(state_dir: Path | None, release: str | None, as_json: bool) -> None:
 
     Exits 0 when the sandbox is running, 3 when it is not.
     """
-    box = Sandbox(state_dir, release)
+    box = _sandbox(state_dir, release)
     info = box.status()
     if as_json:
         click.echo(json.dumps(asdict(info), indent=2))
@@ -169,6 +172,14 @@ def status(state_dir: Path | None, release: str | None, as_json: bool) -> None:
         _print_status(info)
     if not info.running:
         raise click.exceptions.Exit(3)
+
+
+def _sandbox(state_dir: Path | None, release: str | None) -> Sandbox:
+    """The sandbox; its module (and the Slurm client under it) is imported only here, so that
+    'hpcjobs sandbox --help' stays light."""
+    from hpcjobs.sandbox.cluster import Sandbox
+
+    return Sandbox(state_dir, release)
 
 
 def _print_status(info: Status) -> None:
@@ -219,7 +230,7 @@ def env(state_dir: Path | None, release: str | None, as_json: bool) -> None:
     Slurm 22.05 client cannot talk to a 24.11 controller, nor the reverse): the output then
     starts with comment lines that show the chroot command, and --json adds "root".
     """
-    box = Sandbox(state_dir, release)
+    box = _sandbox(state_dir, release)
     variables = box.layout.shell_env()
     if as_json:
         data = {**variables, **({"root": str(box.root.path)} if box.root else {})}

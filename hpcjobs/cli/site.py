@@ -179,7 +179,6 @@ def discover_cmd(
     it validates as is. Review it, then check it with 'hpcjobs site validate'.
     """
     import datetime
-    import os
 
     from hpcjobs.cli.options import make_runner
     from hpcjobs.config.discover import discover_site
@@ -200,9 +199,9 @@ def discover_cmd(
     if output is None:
         click.echo(draft.text, nl=False)
         return
-    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(draft.text)
+    from hpcjobs.atomicfile import write_atomic
+
+    write_atomic(Path(output), draft.text)
     click.echo(f"wrote {output}", err=True)
 
 

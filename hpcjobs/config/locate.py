@@ -16,14 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcjobs.config import SITE_ENV
 from hpcjobs.config.problems import suggest
 from hpcjobs.errors import ConfigError
 from hpcjobs.resources import site_configs_dir
 
 SUFFIXES = (".yaml", ".yml")
-
-#: The environment variable that picks the site when ``--site`` is not given.
-SITE_ENV = "HPCJOBS_SITE"
 
 SYSTEM_SITES_DIR = Path("/etc/hpcjobs/sites")
 

@@ -20,13 +20,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from hpcjobs.atomicfile import write_atomic
+from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR, write_atomic
 from hpcjobs.errors import BadInputError
 
 RECORD_NAME = "record.json"
 RECORD_FORMAT = 1
-DIR_MODE = 0o700
-FILE_MODE = 0o600
 
 
 def make_private_dir(path: Path) -> Path:
@@ -45,7 +43,7 @@ def make_private_dir(path: Path) -> Path:
         probe = probe.parent
     for folder in reversed(missing):
         try:
-            os.mkdir(folder, DIR_MODE)
+            os.mkdir(folder, PRIVATE_DIR)
         except FileExistsError:
             continue
         except OSError as exc:
@@ -54,33 +52,28 @@ def make_private_dir(path: Path) -> Path:
                 hint="choose another output dir, or fix its permissions",
             ) from exc
         # The umask can only take bits away; make sure nothing else was taken either.
-        os.chmod(folder, DIR_MODE)
+        os.chmod(folder, PRIVATE_DIR)
     if not path.is_dir():
         raise BadInputError(f"{path} exists and is not a folder")
     return path
 
 
-def write_private(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically, as a new 0600 file (replacing an older one)."""
-    return write_atomic(path, text, mode=FILE_MODE)
-
-
 class FileStore(Protocol):
     """Where a submission's files go: this machine, or a login node over SFTP."""
 
-    def makedirs(self, path: str, mode: int = DIR_MODE) -> None: ...
+    def makedirs(self, path: str, mode: int = PRIVATE_DIR) -> None: ...
 
-    def write_text(self, path: str, text: str, mode: int = FILE_MODE) -> None: ...
+    def write_text(self, path: str, text: str, mode: int = PRIVATE) -> None: ...
 
 
 class LocalFiles:
     """:class:`FileStore` on this machine: 0700 folders, atomic 0600 files."""
 
-    def makedirs(self, path: str, mode: int = DIR_MODE) -> None:
+    def makedirs(self, path: str, mode: int = PRIVATE_DIR) -> None:
         make_private_dir(Path(path))
 
-    def write_text(self, path: str, text: str, mode: int = FILE_MODE) -> None:
-        write_private(Path(path), text)
+    def write_text(self, path: str, text: str, mode: int = PRIVATE) -> None:
+        write_atomic(Path(path), text)
 
 
 def record_text(record: Mapping[str, Any]) -> str:
@@ -92,7 +85,7 @@ def record_text(record: Mapping[str, Any]) -> str:
 def write_record(path: Path, record: Mapping[str, Any]) -> Path:
     """Write a submission record (JSON, 0600, atomic)."""
     body = {"format": RECORD_FORMAT, **record}
-    return write_private(path, json.dumps(body, indent=2, sort_keys=True, default=str) + "\n")
+    return write_atomic(path, json.dumps(body, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def read_record(path: Path) -> dict[str, Any]:
@@ -151,7 +144,7 @@ def remember(
         entry = {"job_id": job_id, "record": path, "output_dir": output_dir, "host": host}
         target = _entry_file(folder, job_id, host)
         make_private_dir(target.parent)
-        write_private(target, json.dumps(entry) + "\n")
+        write_atomic(target, json.dumps(entry) + "\n")
 
 
 def index_entry(

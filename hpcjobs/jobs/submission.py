@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import secrets
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, timezone
@@ -207,6 +206,8 @@ def submit_rendered(
     comment = plan.comment
 
     store = files or LocalFiles()
+    import secrets  # imported here: a dry run never draws a token
+
     token = secrets.token_hex(16)
     created = datetime.now(timezone.utc)
     folder = _submission_dir(store, Path(rendered.output_dir), created, token)

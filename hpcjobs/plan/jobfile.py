@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hpcjobs.atomicfile import write_atomic
+from hpcjobs.atomicfile import READABLE, write_atomic
 from hpcjobs.errors import BadInputError
 from hpcjobs.plan.memory import Layout, Precision
 
@@ -89,7 +89,7 @@ def write_job_file(path: Path, data: dict[str, Any], *, header: str, force: bool
     comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
     text = comment + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
     try:
-        write_atomic(path, text, mode=0o644)
+        write_atomic(path, text, mode=READABLE)
     except OSError as exc:
         raise BadInputError(f"cannot write job file {path}: {exc.strerror}") from None
     return path

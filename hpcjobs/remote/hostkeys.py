@@ -25,6 +25,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR
 from hpcjobs.errors import ConfigError, TransportError
 from hpcjobs.remote.hostspec import format_host_port, parse_host_spec
 from hpcjobs.textlines import split_lines
@@ -403,8 +404,8 @@ def append_known_host(
     """
     host = hash_host(name) if hashed else name
     line = f"{host} {key_type} {base64.b64encode(blob).decode('ascii')}"
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, PRIVATE)
     with os.fdopen(fd, "ab") as handle:
         prefix = b""
         size = os.fstat(fd).st_size

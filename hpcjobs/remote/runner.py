@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
+from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR
 from hpcjobs.errors import (
     BadInputError,
     CommandError,
@@ -213,7 +214,7 @@ class SshRunner:
 
     # ---- files -------------------------------------------------------------------------
 
-    def makedirs(self, remote_path: RemotePath, mode: int = 0o700) -> None:
+    def makedirs(self, remote_path: RemotePath, mode: int = PRIVATE_DIR) -> None:
         """Create a remote folder and its missing parents, each new one with ``mode``.
 
         ``~/`` at the start means the remote home folder; relative paths start there too.
@@ -226,12 +227,12 @@ class SshRunner:
         path = _remote_path(remote_path)
         self._file_op("create folder", path, lambda sftp: files.makedirs(sftp, path, mode))
 
-    def write_text(self, remote_path: RemotePath, text: str, mode: int = 0o600) -> None:
+    def write_text(self, remote_path: RemotePath, text: str, mode: int = PRIVATE) -> None:
         """Write ``text`` (UTF-8) to a remote file created with ``mode``; see :meth:`upload`."""
         self.upload(text.encode("utf-8"), remote_path, mode)
 
     def upload(
-        self, local_or_text: Path | str | bytes, remote_path: RemotePath, mode: int = 0o600
+        self, local_or_text: Path | str | bytes, remote_path: RemotePath, mode: int = PRIVATE
     ) -> None:
         """Copy a local file, text or bytes to a remote file created with ``mode``.
 

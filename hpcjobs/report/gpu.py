@@ -4,7 +4,7 @@ The batch script starts, on each node of the job where ``nvidia-smi`` exists (an
 job was submitted with ``--no-gpu-monitor``), one sampler (on a multi-node job, in a job step of
 its own that overlaps the job's others, ``srun --overlap``, one task per node)::
 
-    nvidia-smi --query-gpu=<QUERY> --format=csv,noheader,nounits -l <interval>
+    nvidia-smi --query-gpu=<GPU_QUERY> --format=csv,noheader,nounits -l <interval>
 
 appending to ``<output dir>/gpu-<chain root>/<node>.csv`` (the Slurm node name; mode 0600,
 folder 0700), next to the chain's event log. Without ``nvidia-smi`` nothing is written and the
@@ -13,21 +13,18 @@ report says "no telemetry"; numbers are never made up.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from hpcjobs.errors import HpcJobsError
-from hpcjobs.runner import LocalRunner, Runner
-from hpcjobs.runtime.checkpoint import GPU_QUERY
+from hpcjobs.report.folder import read_files
+from hpcjobs.runner import Runner
 from hpcjobs.textlines import split_lines
 
-#: The fields the sampler asks for, in this order (the batch script gets them from the renderer).
-QUERY = GPU_QUERY
 #: A GPU whose mean utilisation stays below this (percent) sat idle.
 IDLE_UTIL = 5.0
+# The fields and their order: hpcjobs.runtime.checkpoint.GPU_QUERY, which the renderer hands
+# to the batch script's sampler.
 
 
 def gpu_dir(output_dir: str, root: str) -> str:
@@ -37,7 +34,7 @@ def gpu_dir(output_dir: str, root: str) -> str:
 
 @dataclass(frozen=True)
 class Sample:
-    """One line of ``nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits``."""
+    """One line of ``nvidia-smi --query-gpu=GPU_QUERY --format=csv,noheader,nounits``."""
 
     time: float
     index: int
@@ -134,43 +131,10 @@ def summarize(samples_by_host: dict[str, list[Sample]]) -> GpuSummary | None:
 def read_gpu_samples(runner: Runner, output_dir: str, root: str) -> GpuSummary | None:
     """The chain's telemetry, read through ``runner``; None when there is none."""
     folder = gpu_dir(output_dir, root)
-    texts: dict[str, str] = {}
-    if isinstance(runner, LocalRunner):
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            return None
-        for name in names:
-            if name.endswith(".csv"):
-                try:
-                    texts[name[:-4]] = (Path(folder) / name).read_text(errors="replace")
-                except OSError:
-                    continue
-    else:
-        argv = [
-            "find",
-            folder,
-            "-maxdepth",
-            "1",
-            "-name",
-            "*.csv",
-            "-exec",
-            "grep",
-            "-H",
-            "",
-            "{}",
-            "+",
-        ]
-        try:
-            result = runner.run(argv, check=False, timeout=60)
-        except HpcJobsError:
-            return None
-        for line in split_lines(result.stdout):
-            path, sep, text = line.partition(":")
-            if sep and path.endswith(".csv"):
-                host = path.rsplit("/", 1)[-1][:-4]
-                texts[host] = texts.get(host, "") + text + "\n"
-    return summarize({host: parse_samples(text) for host, text in texts.items()})
+    texts = read_files(runner, folder, "*.csv")
+    if texts is None:
+        return None
+    return summarize({name[:-4]: parse_samples(text) for name, text in texts.items()})
 
 
 def _time(text: str) -> float | None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR
 from hpcjobs.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ class CheckpointDir:
         _make_private_dir(self.root)
         token = f"{socket.gethostname()}-{os.getpid()}-{time.monotonic_ns()}"
         tmp = self.root / f"step-{step:09d}.tmp-{token}"
-        tmp.mkdir(mode=0o700)
+        tmp.mkdir(mode=PRIVATE_DIR)
         began = time.time()
         try:
             yield tmp
@@ -324,11 +325,11 @@ def _read_complete(path: Path) -> dict[str, Any] | None:
 
 
 def _make_private_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
 
 
 def _write_synced(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE)
     try:
         os.write(fd, text.encode())
         os.fsync(fd)

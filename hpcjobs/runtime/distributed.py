@@ -8,9 +8,12 @@ Works in three situations, checked in this order:
    ``SLURM_NTASKS``; the master is the first node of the job.
 3. Neither: a single process (rank 0 of 1 on localhost).
 
-``MASTER_ADDR`` is the first node's ``NodeAddr`` from ``scontrol show node`` (node names do not
-always resolve, for example on clusters whose IB hostnames differ), and ``MASTER_PORT`` is
-derived from the job id so two jobs sharing a node do not collide.
+``MASTER_ADDR`` comes from the environment: every hpcjobs batch script (executor jobs too)
+exports the first node's ``NodeAddr`` (node names do not always resolve, for example on clusters
+whose IB hostnames differ), and torchrun exports its own. This module asks Slurm nothing: on a
+single node the address is ``127.0.0.1``, and a job on several nodes without ``MASTER_ADDR`` is
+refused with the line that sets it. ``MASTER_PORT`` is derived from the job id so two jobs
+sharing a node do not collide.
 """
 
 from __future__ import annotations
@@ -22,8 +25,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from hpcjobs import hostlist
-from hpcjobs.runner import LocalRunner, Runner
+from hpcjobs.errors import BadInputError
 
 log = logging.getLogger(__name__)
 
@@ -67,23 +69,6 @@ class DistEnv:
         }
 
 
-def node_addr(node: str, runner: Runner | None = None) -> str:
-    """A node's NodeAddr from ``scontrol show node``; the name itself if that fails."""
-    try:
-        out = (
-            (runner or LocalRunner())
-            .run(["scontrol", "show", "node", node, "-o"], timeout=30, check=False)
-            .stdout
-        )
-    except Exception:  # a missing scontrol must not stop a training job
-        log.warning("scontrol unavailable; using node name %r as its address", node)
-        return node
-    for item in out.split():
-        if item.startswith("NodeAddr="):
-            return item.split("=", 1)[1] or node
-    return node
-
-
 def _int(env: Mapping[str, str], *names: str, default: int) -> int:
     for name in names:
         value = env.get(name, "").strip()
@@ -106,10 +91,12 @@ def _tasks_on_this_node(env: Mapping[str, str]) -> int:
     return counts[node] if node < len(counts) else 1
 
 
-def from_environment(
-    env: Mapping[str, str] | None = None, *, runner: Runner | None = None
-) -> DistEnv:
-    """Work out this process's :class:`DistEnv` (see the module docstring)."""
+def from_environment(env: Mapping[str, str] | None = None) -> DistEnv:
+    """Work out this process's :class:`DistEnv` (see the module docstring).
+
+    Raises:
+        BadInputError: the job spans several nodes and nothing set ``MASTER_ADDR``.
+    """
     env = os.environ if env is None else env
     job_id = env.get("SLURM_JOB_ID")
     if "RANK" in env and "WORLD_SIZE" in env:
@@ -126,12 +113,21 @@ def from_environment(
         node_rank = _int(env, "SLURM_NODEID", default=0)
     else:
         rank, local_rank, world, local_world, node_rank = 0, 0, 1, 1, 0
-    addr = env.get("MASTER_ADDR")
-    if not addr:
-        nodes = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
-        addr = node_addr(hostlist.expand(nodes)[0], runner) if nodes else "127.0.0.1"
+    addr = env.get("MASTER_ADDR") or _single_node_addr(env)
     port = _int(env, "MASTER_PORT", default=master_port(job_id))
     return DistEnv(rank, local_rank, world, local_world, node_rank, addr, port)
+
+
+def _single_node_addr(env: Mapping[str, str]) -> str:
+    """``127.0.0.1`` when every rank is on this node; else there is no address to guess."""
+    if _int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES", default=1) <= 1:
+        return "127.0.0.1"
+    raise BadInputError(
+        "MASTER_ADDR is not set, and this job runs on several nodes",
+        hint="launch it with 'hpcjobs submit' or torchrun (both set it), or add "
+        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1) '
+        "to the batch script before srun",
+    )
 
 
 def init_process_group(

@@ -44,12 +44,12 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR, write_atomic
 from hpcjobs.runtime.checkpoint import ENV_PROGRESS_DIR
 from hpcjobs.textlines import split_lines
 
 #: A rank's log grows to at most about this many bytes before it is thinned out.
 LOG_LIMIT = 1 << 20
-FILE_MODE = 0o600
 _RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
 
 
@@ -133,19 +133,17 @@ class ProgressWriter:
 
     def step(self, step: int, when: float | None = None) -> None:
         """Record that this rank finished ``step``."""
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = self.folder / f".rank-{self.rank}.tmp-{os.getpid()}"
-        _write_new(tmp, f"{step} {self.host}\n", append=False)
-        os.replace(tmp, self.current_file)
+        self.folder.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+        write_atomic(self.current_file, f"{step} {self.host}\n", fsync=False)
         self._append(f"{_stamp(when)} {step} {self.host}\n")
 
     def saved(self, seconds: float, when: float | None = None) -> None:
         """Record a checkpoint that took ``seconds`` and ended at ``when`` (now)."""
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.folder.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
         self._append(f"{_stamp(when)} save {max(0.0, seconds):.3f}\n")
 
     def _append(self, line: str) -> None:
-        _write_new(self.log_file, line, append=True)
+        _append_line(self.log_file, line)
         with contextlib.suppress(OSError):
             if self.log_file.stat().st_size > LOG_LIMIT:
                 self._thin()
@@ -156,9 +154,7 @@ class ProgressWriter:
         steps = [i for i, line in enumerate(lines) if " save " not in line]
         keep = set(steps[::2]) | ({steps[-1]} if steps else set())
         kept = [line for i, line in enumerate(lines) if i in keep or " save " in line]
-        tmp = self.folder / f".rank-{self.rank}.log.tmp-{os.getpid()}"
-        _write_new(tmp, "".join(line + "\n" for line in kept), append=False)
-        os.replace(tmp, self.log_file)
+        write_atomic(self.log_file, "".join(line + "\n" for line in kept), fsync=False)
 
 
 def node_name() -> str:
@@ -173,10 +169,10 @@ def _stamp(when: float | None) -> str:
     return f"{time.time() if when is None else when:.3f}"
 
 
-def _write_new(path: Path, text: str, *, append: bool) -> None:
-    """Write ``text`` in one ``write(2)``; a new file gets mode 0600 from the start."""
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-    fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
+def _append_line(path: Path, text: str) -> None:
+    """Append ``text`` in one ``write(2)``; a new file gets mode 0600 from the start."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), PRIVATE)
     try:
         os.write(fd, text.encode())
     finally:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcjobs.atomicfile import write_atomic
+from hpcjobs.atomicfile import PRIVATE_DIR, READABLE, write_atomic
 from hpcjobs.errors import CommandError, SandboxError
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.sandbox import confgen, packages, procs
@@ -28,7 +28,9 @@ from hpcjobs.sandbox.layout import CLUSTER_NAME, Layout, Settings, default_state
 from hpcjobs.sandbox.release import Release, get_release, host_release
 from hpcjobs.sandbox.root import MARKER as ROOT_MARKER
 from hpcjobs.sandbox.root import DebianRoot, remove_tree
+from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.slurm.parse import parse_scontrol_records
+from hpcjobs.slurm.retry import RetryPolicy
 from hpcjobs.textlines import split_lines
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,8 @@ Progress = Callable[[str], None]
 
 ACCOUNT = "sandbox"
 DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld")
+#: Retries for the sandbox's own Slurm commands: its controller is local, so a few seconds.
+SANDBOX_RETRY = RetryPolicy(total_s=10.0, first_wait_s=0.5, max_wait_s=2.0, max_attempts=5)
 
 
 def _quiet(_: str) -> None:
@@ -139,6 +143,9 @@ class Sandbox:
         else:
             self.layout = Layout(self.home)
             self.runner = LocalRunner(env=self.layout.client_env())
+        #: Every Slurm command the sandbox runs: through the one client, over this runner.
+        #: Short retries: a sandbox that does not answer within seconds is not up.
+        self.slurm = SlurmClient(self.runner, policy=SANDBOX_RETRY)
         #: Extra host folders bound into the root at their own path (a checkout, for tests).
         self.binds: list[Path] = []
 
@@ -217,8 +224,8 @@ class Sandbox:
     def _prepare_files(self, settings: Settings) -> None:
         lay = self.layout
         for folder in (lay.root, lay.etc, lay.logs, lay.munge_dir, lay.ctld_state):
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(folder, 0o700)
+            folder.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+            os.chmod(folder, PRIVATE_DIR)
         # slurmstepd runs job scripts from the spool as the job's user: it must be searchable.
         lay.spool.mkdir(parents=True, exist_ok=True)
         os.chmod(lay.spool, 0o755)
@@ -232,7 +239,7 @@ class Sandbox:
             (lay.spool / node).mkdir(exist_ok=True)
             os.chmod(lay.spool / node, 0o755)
         if not lay.munge_key.exists():
-            _write_private(lay.munge_key, secrets.token_bytes(1024))
+            write_atomic(lay.munge_key, secrets.token_bytes(1024))
         major = self.release.slurm_major if self.release else None
         _write_public(lay.slurm_conf, confgen.slurm_conf(settings, lay, _short_hostname(), major))
         _write_public(lay.gres_conf, confgen.gres_conf(settings))
@@ -243,7 +250,7 @@ class Sandbox:
         else:
             _write_public(lay.cgroup_conf, cgroup)
         password = self._db_password()
-        _write_private(lay.slurmdbd_conf, confgen.slurmdbd_conf(settings, lay, password).encode())
+        write_atomic(lay.slurmdbd_conf, confgen.slurmdbd_conf(settings, lay, password).encode())
         _write_public(lay.settings_file, settings.to_json() + "\n")
 
     def _program(self, name: str) -> str:
@@ -309,7 +316,7 @@ class Sandbox:
             _ensure_port_free("MariaDB", settings.mysql_port)
             if not (lay.mysql_dir / "mysql").is_dir():
                 progress("initialising the accounting database")
-                lay.mysql_dir.mkdir(mode=0o700, exist_ok=True)
+                lay.mysql_dir.mkdir(mode=PRIVATE_DIR, exist_ok=True)
                 result = self.runner.run(
                     [
                         self._program("mariadb-install-db"),
@@ -390,22 +397,22 @@ class Sandbox:
         _wait("slurmdbd", lambda: _port_open(settings.dbd_port), 60, lay.log_file("slurmdbd"))
 
     def _register_accounting(self, progress: Progress) -> None:
-        show = self.runner.run(
+        show = self.slurm.run(
             ["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"], timeout=30
         )
         if CLUSTER_NAME not in show.stdout.split():
             progress("registering the cluster in accounting")
-            self.runner.run(["sacctmgr", "-i", "add", "cluster", CLUSTER_NAME], timeout=30)
-        accounts = self.runner.run(
+            self.slurm.run(["sacctmgr", "-i", "add", "cluster", CLUSTER_NAME], timeout=30)
+        accounts = self.slurm.run(
             ["sacctmgr", "-n", "-P", "show", "account", "format=account"], timeout=30
         )
         if ACCOUNT not in accounts.stdout.split():
-            self.runner.run(
+            self.slurm.run(
                 ["sacctmgr", "-i", "add", "account", ACCOUNT, f"cluster={CLUSTER_NAME}"],
                 timeout=30,
             )
         user = _current_user()
-        assoc = self.runner.run(
+        assoc = self.slurm.run(
             [
                 "sacctmgr",
                 "-n",
@@ -420,7 +427,7 @@ class Sandbox:
         )
         if user not in assoc.stdout.split():
             # An existing user (root has an association with account 'root') gets one more.
-            self.runner.run(
+            self.slurm.run(
                 [
                     "sacctmgr",
                     "-i",
@@ -445,7 +452,7 @@ class Sandbox:
             )
         _wait(
             "slurmctld",
-            lambda: "is UP" in self._out(["scontrol", "ping"]),
+            lambda: "is UP" in self.slurm.probe(["scontrol", "ping"], timeout=15).stdout,
             60,
             lay.log_file("slurmctld"),
         )
@@ -472,10 +479,8 @@ class Sandbox:
             bad = [n for n in nodes if _base_state(n.state) in ("down", "drain", "drng", "fail")]
             # Nodes a test (or a user) set down are ours to bring back.
             for node in bad:
-                self.runner.run(
-                    ["scontrol", "update", f"nodename={node.name}", "state=resume"],
-                    check=False,
-                    timeout=30,
+                self.slurm.probe(
+                    ["scontrol", "update", f"nodename={node.name}", "state=resume"], timeout=30
                 )
             ready = [n for n in nodes if _base_state(n.state) in ("idle", "mix", "alloc", "comp")]
             if len(ready) == settings.nodes and not any(n.state.endswith("*") for n in ready):
@@ -491,9 +496,7 @@ class Sandbox:
     # ---- queries --------------------------------------------------------------------------
 
     def nodes(self) -> list[NodeInfo]:
-        result = self.runner.run(
-            ["sinfo", "-h", "-N", "-o", "%N|%t|%G|%c|%E"], check=False, timeout=30
-        )
+        result = self.slurm.probe(["sinfo", "-h", "-N", "-o", "%N|%t|%G|%c|%E"], timeout=30)
         if not result.ok:
             return []
         seen: dict[str, NodeInfo] = {}
@@ -530,19 +533,16 @@ class Sandbox:
             return status
         status.nodes = self.nodes()
         status.partitions = self._partitions()
-        version = self.runner.run(["sinfo", "--version"], check=False, timeout=10)
-        status.slurm_version = version.stdout.strip().removeprefix("slurm ").strip()
-        acct = self.runner.run(
-            ["sacct", "-X", "-n", "-P", "-S", "now-1minute", "-o", "JobID"],
-            check=False,
-            timeout=30,
+        status.slurm_version = self.slurm.version()
+        acct = self.slurm.probe(
+            ["sacct", "-X", "-n", "-P", "-S", "now-1minute", "-o", "JobID"], timeout=30
         )
         status.accounting = acct.ok
         status.accounting_detail = "sacct works" if acct.ok else _last_line(acct.stderr)
         return status
 
     def _partitions(self) -> list[dict[str, str]]:
-        result = self.runner.run(["scontrol", "show", "partition", "-o"], check=False, timeout=30)
+        result = self.slurm.probe(["scontrol", "show", "partition", "-o"], timeout=30)
         parts = []
         for fields in parse_scontrol_records(result.stdout):
             if "PartitionName" in fields:
@@ -564,13 +564,6 @@ class Sandbox:
             return self.runner.run(argv, check=False, timeout=15).ok
         except CommandError:
             return False
-
-    def _out(self, argv: list[str]) -> str:
-        try:
-            result: Result = self.runner.run(argv, check=False, timeout=15)
-        except CommandError:
-            return ""
-        return result.stdout
 
     # ---- down -----------------------------------------------------------------------------
 
@@ -613,15 +606,15 @@ class Sandbox:
 
     def cancel_all_jobs(self, progress: Progress = _quiet) -> None:
         """Cancel every job in the sandbox's queue and wait (briefly) until they are gone."""
-        queue = self.runner.run(["squeue", "-h", "-o", "%A"], check=False, timeout=30)
+        queue = self.slurm.probe(["squeue", "-h", "-o", "%A"], timeout=30)
         jobs = sorted(set(queue.stdout.split()))
         if not jobs:
             return
         progress(f"cancelling {len(jobs)} job(s)")
-        self.runner.run(["scancel", *jobs], check=False, timeout=30)
+        self.slurm.probe(["scancel", *jobs], timeout=30)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            left = self.runner.run(["squeue", "-h", "-o", "%A"], check=False, timeout=30)
+            left = self.slurm.probe(["squeue", "-h", "-o", "%A"], timeout=30)
             if not left.stdout.strip():
                 return
             time.sleep(0.2)
@@ -688,12 +681,7 @@ def _wait(what: str, ready: Callable[[], bool], timeout: float, log_file: Path) 
         time.sleep(0.2)
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write a file that only its owner may read, created with that mode (no chmod race)."""
-    write_atomic(path, data)
-
-
 def _write_public(path: Path, text: str) -> None:
     if path.exists() and path.read_text() == text:
         return
-    write_atomic(path, text, mode=0o644)
+    write_atomic(path, text, mode=READABLE)

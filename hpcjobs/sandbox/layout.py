@@ -8,7 +8,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hpcjobs.config.locate import SITE_ENV
+from hpcjobs.config import SITE_ENV
 from hpcjobs.errors import BadInputError
 
 #: Far from Slurm's defaults (6817-6819) and from MariaDB's 3306.

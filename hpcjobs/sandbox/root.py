@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcjobs.atomicfile import READABLE
 from hpcjobs.errors import CommandError, HostSetupError, SandboxError
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.sandbox.release import Release
@@ -258,7 +259,7 @@ class DebianRoot:
             shutil.copyfile(CA_BUNDLE, _inside(self.path, CA_BUNDLE))
         data = {"release": self.release.codename, "packages": sorted(ROOT_PACKAGES)}
         self.marker.write_text(json.dumps(data, indent=2) + "\n")
-        os.chmod(self.marker, 0o644)
+        os.chmod(self.marker, READABLE)
 
     def _setup(self, argv: list[str], what: str, timeout: float) -> Result:
         """A setup command; its failure is a host setup error, not a Slurm error."""
@@ -278,7 +279,7 @@ class DebianRoot:
                 with contextlib.suppress(FileNotFoundError):
                     target.unlink()  # resolv.conf may be a dangling symlink
                 shutil.copyfile(name, target)
-                os.chmod(target, 0o644)
+                os.chmod(target, READABLE)
 
     # ---- mounts -----------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import jinja2
 
+from hpcjobs.atomicfile import PRIVATE_DIR
 from hpcjobs.errors import TemplateError
 from hpcjobs.resources import templates_dir
 from hpcjobs.safetext import is_safe
@@ -175,7 +176,7 @@ def bytecode_cache() -> jinja2.BytecodeCache | None:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     folder = Path(base) / "hpcjobs" / "templates"
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
         info = folder.stat()
     except OSError:
         return None

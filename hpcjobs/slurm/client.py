@@ -150,6 +150,18 @@ class SlurmClient:
         """
         return self._call(argv[0], lambda: self._run_once(argv, timeout=timeout))
 
+    def probe(self, argv: Sequence[str], *, timeout: float | None = None) -> Result:
+        """Run one Slurm command once, for a question whose failure is itself the answer
+        ("is slurmctld up yet?", "is accounting on?"): no retries, nothing raised.
+
+        A missing program or a timeout comes back as a failed :class:`Result` (exit 127 or -9)
+        with the reason in ``stderr``.
+        """
+        try:
+            return self._run_once(argv, timeout=timeout)
+        except CommandError as exc:
+            return Result(tuple(argv), exc.returncode, exc.stdout, exc.stderr)
+
     def _final_error(self, label: str, exc: CommandError) -> SlurmError:
         kind = classify_error(exc)
         message = slurm_message(exc.stderr) or exc.message

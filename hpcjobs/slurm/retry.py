@@ -11,12 +11,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
-
-import tenacity
+from typing import TYPE_CHECKING, TypeVar
 
 from hpcjobs.errors import CommandError
 from hpcjobs.slurm.classify import classify_error
+
+if TYPE_CHECKING:
+    import tenacity
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ class RetryPolicy:
 
     def retrying(self, *, label: str = "slurm") -> tenacity.Retrying:
         """A tenacity ``Retrying`` that repeats retryable :class:`CommandError` failures."""
+        import tenacity  # imported here: a command that never retries does not pay for it
+
         return tenacity.Retrying(
             retry=tenacity.retry_if_exception(_is_retryable),
             stop=tenacity.stop_after_delay(self.total_s)

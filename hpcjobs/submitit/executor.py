@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpcjobs.config.locate import SITE_ENV
+from hpcjobs.config import SITE_ENV
 from hpcjobs.config.models import SiteConfig
 from hpcjobs.errors import BadInputError
 from hpcjobs.jobs.records import make_private_dir

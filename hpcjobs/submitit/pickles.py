@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpcjobs.atomicfile import PRIVATE
 from hpcjobs.submitit.compat import utils
 
 #: How long a task waits for its pickle (the job may start before submission has moved it).
@@ -22,7 +23,7 @@ def write_pickle(path: Path, value: Any) -> None:
     link to an earlier run's, which must keep its content.
     """
     tmp = path.with_name(f".{path.name}.tmp-{socket.gethostname()}-{os.getpid()}")
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))  # private from birth
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE))  # private from birth
     try:
         utils.cloudpickle_dump(value, tmp)
     except BaseException:

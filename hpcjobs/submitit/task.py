@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType
 
+from hpcjobs.atomicfile import PRIVATE
 from hpcjobs.jobs.chain import read_chain
 from hpcjobs.runtime.resumable import Interrupted, Resumable
 from hpcjobs.runtime.stopflag import signal_from_env
@@ -94,7 +95,7 @@ def mark_done_when_complete(folder: Path, job_id: str, num_tasks: int, root: str
         return False
     run_dir = Path(os.environ.get("HPCJOBS_RUN_DIR") or folder)
     marker = run_dir / f"DONE-{root}"
-    fd = os.open(marker, os.O_WRONLY | os.O_CREAT, 0o600)
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT, PRIVATE)
     os.close(fd)
     return True
 
@@ -103,7 +104,7 @@ def redirect_output(stdout: Path, stderr: Path) -> None:
     """Send this process's stdout and stderr to files (appended: reruns keep older output)."""
     for stream, fd, path in ((sys.stdout, 1, stdout), (sys.stderr, 2, stderr)):
         stream.flush()
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE)
         os.dup2(target, fd)
         os.close(target)
 

@@ -25,6 +25,7 @@ from hpcjobs.errors import (
     TemplateError,
     TransportError,
 )
+from hpcjobs.slurm.classify import ErrorKind, SlurmCommandError
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -83,9 +84,16 @@ def test_debug_shows_traceback() -> None:
         (TemplateError("bad template"), EXIT_BAD_INPUT),
         (SlurmError("slurm said no"), EXIT_SLURM),
         (
-            CommandError(["sbatch"], 1, "sbatch: error: Invalid partition name specified"),
+            SlurmCommandError(
+                "sbatch: Invalid partition name specified",
+                kind=ErrorKind.PERMANENT,
+                argv=("sbatch",),
+                stderr="sbatch: error: Invalid partition name specified",
+            ),
             EXIT_SLURM,
         ),
+        # Not a Slurm command (apt-get, mariadb-install-db, printenv over SSH): not exit 3.
+        (CommandError(["apt-get", "install"], 100, "E: Unable to locate package"), EXIT_BAD_INPUT),
         (TransportError("ssh down"), EXIT_TRANSPORT),
     ],
 )

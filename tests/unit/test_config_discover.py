@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,27 +16,17 @@ from hpcjobs.config.nodeprobe import (
     parse_probe_output,
 )
 from hpcjobs.config.slurminfo import Gres, parse_gres
-from hpcjobs.config.validate import validate_data
-from hpcjobs.config.yamlfile import parse_yaml_text
 from hpcjobs.errors import BadInputError, CommandError, SlurmError
 from hpcjobs.runner import Result
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.slurm.parse import parse_config, parse_key_values, parse_scontrol_records
 from hpcjobs.slurm.retry import NO_RETRY
 from tests.fakes import RecordedRunner
+from tests.scenarios import SCENARIOS, draft_problems
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "configs"
+DATA = Path(__file__).resolve().parents[1] / "data"
+PROBES = DATA / "configs" / "probe"
 VERSIONS = ["22.05", "24.11"]
-
-
-def draft_problems(text: str) -> tuple[dict[str, object], list[str], list[str]]:
-    doc = parse_yaml_text(text, source="draft")
-    assert doc.ok, doc.problems
-    config, findings = validate_data(doc.data)
-    errors = [f"{f.path}: {f.message}" for f in findings if f.severity == "error"]
-    warnings = [f"{f.path}: {f.message}" for f in findings if f.severity == "warning"]
-    assert (config is None) == bool(errors)
-    return doc.data, errors, warnings
 
 
 def test_key_values_keep_spaces_and_equals() -> None:
@@ -67,11 +57,13 @@ def test_parse_gres(text: str, expected: list[Gres]) -> None:
 
 
 def test_multiline_and_oneline_node_records_agree() -> None:
-    multi = parse_scontrol_records((DATA / "slurm/24.11/scontrol-show-node.txt").read_text())
+    multi = parse_scontrol_records(
+        (DATA / "slurm/24.11/cluster/scontrol-show-node.txt").read_text()
+    )
     assert [r["NodeName"] for r in multi] == ["dgx001", "dgx002", "dgx003", "cpu01", "cpu02"]
     assert multi[2]["Reason"].startswith("GPU 3 XID 79")
     assert multi[1]["Gres"] == "gpu:h100:8(S:0-1),nvme:1"
-    one = parse_scontrol_records((DATA / "slurm/22.05/scontrol-show-node.txt").read_text())
+    one = parse_scontrol_records((DATA / "slurm/22.05/cluster/scontrol-show-node.txt").read_text())
     assert one[0]["CPUTot"] == "8" and one[0]["Gres"] == "gpu:h100:4"
 
 
@@ -86,29 +78,17 @@ def test_cluster_facts(version: str) -> None:
 
 
 def test_scontrol_config_ignores_section_headers() -> None:
-    config = parse_config((DATA / "slurm/24.11/scontrol-show-config.txt").read_text())
+    config = parse_config((DATA / "slurm/24.11/cluster/scontrol-show-config.txt").read_text())
     assert config["ClusterName"] == "dgx-prod"
     assert config["ConstrainCores"] == "yes"
     assert "Cgroup Support Configuration:" not in config
 
 
-def test_draft_for_the_sandbox_22_05() -> None:
-    draft = discover_site(SlurmClient(RecordedRunner("22.05")), now="2025-01-01")
-    data, errors, warnings = draft_problems(draft.text)
-    assert errors == []
-    assert data["name"] == "sandbox"
-    assert data["defaults"] == {"partition": "batch"}
-    parts = {p["name"]: p for p in data["partitions"]}  # type: ignore[attr-defined]
-    assert list(parts) == ["batch", "urgent"]
-    batch = parts["batch"]
-    assert (batch["gpu_type"], batch["gpus_per_node"], batch["cpus_per_node"]) == ("h100", 4, 8)
-    assert (batch["sockets_per_node"], batch["memory_mb"], batch["nodes"]) == (2, 4000, 3)
-    assert batch["max_nodes"] == 3 and batch["max_time"] == "UNLIMITED"
-    assert batch["preemptible"] is True and parts["urgent"]["preemptible"] is False
-    assert parts["urgent"]["priority_tier"] == 10
-    assert data["slurm"]["preempt_send_user_signal"] is True  # type: ignore[index]
-    assert "# topology: gpu-node" in draft.text
-    assert all("no topology" in w for w in warnings)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+def test_scenario_on_the_recorded_sandbox(scenario: Callable[[SlurmClient], None]) -> None:
+    """The shared scenarios (tests/scenarios.py) on output recorded from the 22.05 sandbox;
+    tests/live/test_scenarios.py runs the same ones on the live sandbox."""
+    scenario(SlurmClient(RecordedRunner("22.05")))
 
 
 def test_draft_for_24_11_with_hidden_empty_and_cpu_partitions() -> None:
@@ -155,7 +135,7 @@ def test_probe_unknown_node_is_bad_input() -> None:
 
 def test_roce_probe_gets_a_gid_index_and_spreads_gpus() -> None:
     snapshot = read_cluster(SlurmClient(RecordedRunner("22.05")))
-    snapshot.probed = parse_probe_output((DATA / "probe/roce-node.txt").read_text())
+    snapshot.probed = parse_probe_output((PROBES / "roce-node.txt").read_text())
     snapshot.probe_node = "n1"
     draft = build_draft(snapshot)
     data, errors, _ = draft_problems(draft.text)

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from hpcjobs.cli import cli
-from hpcjobs.config.locate import SITE_ENV, select_site_for_host
+from hpcjobs.config import SITE_ENV
+from hpcjobs.config.locate import select_site_for_host
 from hpcjobs.errors import EXIT_BAD_INPUT, EXIT_SLURM, ConfigError, TemplateError
 from hpcjobs.sandbox.layout import SANDBOX_ENV_COMMAND, SITE_NAME, Layout
 from hpcjobs.script.render import master_port_expr

@@ -220,13 +220,13 @@ def test_nvidia_smi_samples_and_idle_gpus() -> None:
 
 def test_the_sampler_asks_for_the_fields_the_parser_reads() -> None:
     from hpcjobs.config.loader import load_site
-    from hpcjobs.report.gpu import QUERY
+    from hpcjobs.runtime.checkpoint import GPU_QUERY
     from hpcjobs.script.jobspec import parse_spec
     from hpcjobs.script.render import render_job
 
     site = load_site("sandbox")
     script = render_job(parse_spec({"command": ["python", "t.py"]}), site).script
-    assert f"HPCJOBS_GPU_QUERY={QUERY}" in script
+    assert f"HPCJOBS_GPU_QUERY={GPU_QUERY}" in script
     library = (Path(__file__).resolve().parents[2] / "templates/lib/requeue.bash").read_text()
     assert '"--query-gpu=$HPCJOBS_GPU_QUERY"' in library
 

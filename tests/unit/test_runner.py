@@ -27,7 +27,7 @@ def test_failure_carries_argv_code_and_stderr() -> None:
     assert info.value.returncode == 7
     assert info.value.argv == ("bash", "-c", "echo oops >&2; exit 7")
     assert "oops" in info.value.stderr
-    assert info.value.exit_code == 3
+    assert info.value.exit_code == 2  # not a Slurm command: SlurmClient makes those exit 3
 
 
 def test_check_false_returns_result() -> None:

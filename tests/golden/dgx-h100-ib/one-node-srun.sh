@@ -1308,7 +1308,8 @@ hpcjobs_begin
 
 # --- launch: srun ---
 # Rendezvous on the first node's address (NodeAddr, which resolves even where node names do
-# not), on a port derived from the job id so that jobs sharing a node do not collide.
+# not), on a port derived from the job id so that jobs sharing a node do not collide. Exported
+# for every launcher: hpcjobs.runtime.distributed reads them and asks Slurm nothing.
 hpcjobs_head=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-localhost}" | head -n 1)
 MASTER_ADDR=$(scontrol show node "$hpcjobs_head" 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p' | head -n 1)
 export MASTER_ADDR="${MASTER_ADDR:-$hpcjobs_head}"

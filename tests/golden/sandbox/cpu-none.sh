@@ -1203,6 +1203,13 @@ hpcjobs_fault_exclude() {
 hpcjobs_begin
 
 # --- launch: none ---
+# Rendezvous on the first node's address (NodeAddr, which resolves even where node names do
+# not), on a port derived from the job id so that jobs sharing a node do not collide. Exported
+# for every launcher: hpcjobs.runtime.distributed reads them and asks Slurm nothing.
+hpcjobs_head=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-localhost}" | head -n 1)
+MASTER_ADDR=$(scontrol show node "$hpcjobs_head" 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p' | head -n 1)
+export MASTER_ADDR="${MASTER_ADDR:-$hpcjobs_head}"
+export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 10000 ))
 hpcjobs_start bash scripts/preprocess.sh --out /scratch/shards &
 hpcjobs_child=$!
 hpcjobs_stall_watch
