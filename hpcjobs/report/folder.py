@@ -28,11 +28,15 @@ def read_files(runner: Runner, folder: str, pattern: str) -> dict[str, str] | No
         result = runner.run(argv, check=False, timeout=60)
     except HpcJobsError:
         return None
+    # find prints each path as the folder it was given, a slash, the name: strip that prefix
+    # rather than split at the first colon, which a folder's own name may contain.
+    prefix = folder if folder.endswith("/") else folder + "/"
     lines: dict[str, list[str]] = {}
     for line in split_lines(result.stdout):
-        path, sep, text = line.partition(":")
-        name = path.rsplit("/", 1)[-1]
-        if sep and fnmatch.fnmatchcase(name, pattern):
+        if not line.startswith(prefix):
+            continue
+        name, sep, text = line[len(prefix) :].partition(":")
+        if sep and "/" not in name and fnmatch.fnmatchcase(name, pattern):
             lines.setdefault(name, []).append(text)
     return {name: "\n".join(items) + "\n" for name, items in lines.items()}
 

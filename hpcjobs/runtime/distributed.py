@@ -119,14 +119,17 @@ def from_environment(env: Mapping[str, str] | None = None) -> DistEnv:
 
 
 def _single_node_addr(env: Mapping[str, str]) -> str:
-    """``127.0.0.1`` when every rank is on this node; else there is no address to guess."""
-    if _int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES", default=1) <= 1:
+    """``127.0.0.1`` when every rank is on this node (the step's nodes count, else the job's);
+    else there is no address to guess."""
+    nodes = _int(env, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", default=1)
+    if nodes <= 1:
         return "127.0.0.1"
     raise BadInputError(
         "MASTER_ADDR is not set, and this job runs on several nodes",
         hint="launch it with 'hpcjobs submit' or torchrun (both set it), or add "
         'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1) '
-        "to the batch script before srun",
+        "to the batch script before srun (where node names do not resolve, that node's "
+        "NodeAddr from 'scontrol show node')",
     )
 
 

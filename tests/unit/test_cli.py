@@ -92,7 +92,7 @@ def test_debug_shows_traceback() -> None:
             ),
             EXIT_SLURM,
         ),
-        # Not a Slurm command (apt-get, mariadb-install-db, printenv over SSH): not exit 3.
+        # Not a Slurm command (printenv over SSH, the sandbox's MariaDB grant): not exit 3.
         (CommandError(["apt-get", "install"], 100, "E: Unable to locate package"), EXIT_BAD_INPUT),
         (TransportError("ssh down"), EXIT_TRANSPORT),
     ],

@@ -45,6 +45,8 @@ def test_several_nodes_without_master_addr_are_refused_with_the_fix() -> None:
 def test_one_node_rendezvous_on_loopback() -> None:
     env = {**SRUN, "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "n1"}
     assert from_environment(env).master_addr == "127.0.0.1"
+    # A one-node step inside a larger allocation: its ranks all share this node.
+    assert from_environment({**SRUN, "SLURM_STEP_NUM_NODES": "1"}).master_addr == "127.0.0.1"
 
 
 def test_torchrun_environment_wins() -> None:
