@@ -1,8 +1,10 @@
-"""What the job commands share: reaching Slurm (here or over SSH) and following chains."""
+"""What the commands share: reaching Slurm (here or over SSH), following chains, and writing
+the file a user named with ``-o``/``--html``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -13,6 +15,26 @@ if TYPE_CHECKING:
     from hpcjobs.jobs.chain import ChainRef
     from hpcjobs.runner import Runner
     from hpcjobs.slurm.client import SlurmClient
+
+
+def write_output(path: Path, text: str, *, hint: str) -> None:
+    """Write a file the user named: a file is replaced atomically (0600); what is not a regular
+    file (``/dev/stdout``, a FIFO) is written through, never replaced.
+
+    Raises:
+        BadInputError: it cannot be written; ``hint`` says what to do instead.
+    """
+    from hpcjobs.atomicfile import write_atomic
+    from hpcjobs.errors import BadInputError
+
+    try:
+        if path.exists() and not path.is_file():
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        else:
+            write_atomic(path, text)
+    except OSError as exc:
+        raise BadInputError(f"cannot write {path}: {exc.strerror or exc}", hint=hint) from exc
 
 
 def slurm_access(ctx: click.Context, host: str | None) -> tuple[Runner, SlurmClient]:

@@ -194,14 +194,9 @@ def _compare(
 
 
 def _write_page(path: Path, page: str) -> None:
-    from hpcjobs.atomicfile import write_atomic
+    from hpcjobs.cli.common import write_output
 
-    try:
-        write_atomic(path, page)
-    except OSError as exc:
-        raise BadInputError(
-            f"cannot write {path}: {exc.strerror}", hint="choose another --html file"
-        ) from exc
+    write_output(path, page, hint="choose another --html file")
 
 
 def summary_line(runner: Runner, client: SlurmClient, root: str, output_dir: str) -> str:

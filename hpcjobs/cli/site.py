@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from hpcjobs.cli.options import host_option
-from hpcjobs.errors import EXIT_BAD_INPUT, BadInputError
+from hpcjobs.errors import EXIT_BAD_INPUT
 
 
 @click.group("site")
@@ -199,26 +199,14 @@ def discover_cmd(
     if output is None:
         click.echo(draft.text, nl=False)
         return
-    _write_draft(Path(output), draft.text)
+    from hpcjobs.cli.common import write_output
+
+    write_output(
+        Path(output),
+        draft.text,
+        hint="pass -o a path in a folder you can write to, or leave -o out to print the draft",
+    )
     click.echo(f"wrote {output}", err=True)
-
-
-def _write_draft(output: Path, text: str) -> None:
-    """A file is replaced atomically; what is not a regular file (``/dev/stdout``, a FIFO) is
-    written through."""
-    from hpcjobs.atomicfile import write_atomic
-
-    try:
-        if output.exists() and not output.is_file():
-            with open(output, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        else:
-            write_atomic(output, text)
-    except OSError as exc:
-        raise BadInputError(
-            f"cannot write {output}: {exc.strerror or exc}",
-            hint="pass -o a path in a folder you can write to, or leave -o out to print the draft",
-        ) from exc
 
 
 def _site_value(ctx: click.Context, name: str | None) -> str | Path | None:

@@ -35,16 +35,16 @@ def test_remote_folder_that_find_cannot_read_is_empty() -> None:
     assert read_files(runner, "/x/", "*.csv") == {}
 
 
-def test_site_discover_output_file_device_and_unwritable_folder(tmp_path: Path) -> None:
+def test_user_output_file_device_and_unwritable_folder(tmp_path: Path) -> None:
     import pytest
 
-    from hpcjobs.cli.site import _write_draft
+    from hpcjobs.cli.common import write_output
     from hpcjobs.errors import BadInputError
 
     target = tmp_path / "draft.yaml"
-    _write_draft(target, "name: x\n")
+    write_output(target, "name: x\n", hint="h")
     assert target.read_text() == "name: x\n" and oct(target.stat().st_mode & 0o777) == "0o600"
-    _write_draft(Path("/dev/null"), "name: x\n")  # not a regular file: written through
+    write_output(Path("/dev/null"), "name: x\n", hint="h")  # not a regular file: written through
     with pytest.raises(BadInputError) as info:
-        _write_draft(tmp_path / "no" / "such" / "draft.yaml", "name: x\n")
-    assert "cannot write" in info.value.message
+        write_output(tmp_path / "no" / "such" / "draft.yaml", "name: x\n", hint="h")
+    assert "cannot write" in info.value.message and info.value.hint == "h"
