@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server numactl shellcheck openssh-server chromium)
+# debootstrap builds the other releases' Debian roots (scripts/test-other-release.sh).
+PACKAGES=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server numactl shellcheck openssh-server chromium debootstrap)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

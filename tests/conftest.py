@@ -91,16 +91,15 @@ def shared_tmp(sandbox: object) -> Iterator[Path]:
 
 
 #: Live tests that need torch (torchrun, or examples/ddp_train.py: the quick tour and the plan
-#: tests). On trixie PyPI has
-#: only a multi-GB CUDA torch for Python 3.13, so the trixie venv has none: there they are
-#: deselected, loudly; bookworm still runs them.
+#: tests). PyPI has only a multi-GB CUDA torch for Python 3.13 and 3.14, so the trixie and sid
+#: venvs have none: there they are deselected, loudly; bookworm still runs them.
 TORCH_TESTS = (
     "tests/live/test_torchrun.py",
     "tests/live/test_plan_apply.py",
     "test_ddp_preempted_once",
     "test_quick_tour_runs_as_written",
 )
-NO_TORCH_RELEASES = ("trixie",)
+NO_TORCH_RELEASES = ("trixie", "sid")
 #: Live tests that need a browser (Debian's chromium, which scripts/bootstrap.sh installs on the
 #: machine). The other release's Debian root has none; what they check does not depend on the
 #: Slurm release, so there they are deselected, loudly, and run on the machine's own release.
@@ -154,8 +153,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if release is not None and release.codename in NO_TORCH_RELEASES and _torch_missing():
         patterns += TORCH_TESTS
         _REASONS.append(
-            "torch test(s): no torch here (PyPI has only a multi-GB CUDA build for Python 3.13); "
-            "they run on bookworm"
+            "torch test(s): no torch here (PyPI has only a multi-GB CUDA build for Python "
+            "3.13 and 3.14); they run on bookworm"
         )
     if IN_OTHER_RELEASE and not (shutil.which("chromium") or shutil.which("chromium-browser")):
         patterns += BROWSER_TESTS

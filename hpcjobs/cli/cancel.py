@@ -74,6 +74,14 @@ def cancel(
     for ref in open_chains:
         if ref.current in pending and ref.current in outcome.signalled:
             _log_cancelled(runner, ref, pending[ref.current])
+    if signal is None:
+        running = [
+            ref
+            for ref in open_chains
+            if ref.current not in pending and ref.current in outcome.signalled
+        ]
+        for job_id in _late_standbys(runner, client, running, host, set(ids)):
+            click.echo(f"cancelled {job_id} (a standby submitted while the cancel ran)")
     finished = list(outcome.finished)
     unknown: list[str] = []
     if outcome.unknown:
@@ -85,6 +93,47 @@ def cancel(
         click.echo(f"{job_id} had already ended")
     if unknown:
         raise UnknownJobError(unknown)
+
+
+#: How long ``cancel`` waits for a cancelled running job's script to end before it looks for a
+#: standby that script submitted while the cancel ran (the standby also refuses to run after a
+#: cancelled job; this keeps it from even being scheduled).
+LATE_STANDBY_WAIT_S = 10.0
+
+
+def _late_standbys(
+    runner: Runner,
+    client: SlurmClient,
+    running: list[ChainRef],
+    host: str | None,
+    cancelled: set[str],
+) -> list[str]:
+    """Cancel the standbys that the cancelled running jobs' scripts submitted while the cancel
+    ran: once each job has left the queue (or after LATE_STANDBY_WAIT_S), read its chain again."""
+    from hpcjobs.jobs.chain import load_chain
+
+    if not running:
+        return []
+    currents = [ref.current for ref in running]
+    deadline = time.monotonic() + LATE_STANDBY_WAIT_S
+    while time.monotonic() < deadline:
+        if not client.queue(currents):
+            break
+        time.sleep(0.5)
+    late: list[str] = []
+    for ref in running:
+        again = load_chain(ref.root, runner, host=host)
+        if again is None:
+            continue
+        late += [
+            job_id
+            for job_id in again.chain.standby_ids
+            if job_id not in cancelled and job_id not in late
+        ]
+    if not late:
+        return []
+    outcome = client.cancel(late)
+    return list(outcome.signalled)
 
 
 def _pending(client: SlurmClient, job_ids: list[str]) -> dict[str, int]:

@@ -108,6 +108,7 @@ def log_path(client: SlurmClient, job_id: str, *, stderr: bool = False) -> Path:
     """
     from hpcjobs.errors import BadInputError
     from hpcjobs.jobs.records import find_record
+    from hpcjobs.slurm.parse import log_path
 
     info = client.show_job(job_id)
     if info is not None:
@@ -115,9 +116,8 @@ def log_path(client: SlurmClient, job_id: str, *, stderr: bool = False) -> Path:
             raise BadInputError(
                 f"job {job_id} is an array", hint="choose a task with --task N (or JOBID_N)"
             )
-        key = "StdErr" if stderr else "StdOut"
-        value = info.get(key, "")
-        if value and value != "(null)":
+        value = log_path(info, stderr=stderr)
+        if value:
             return Path(value)
     record = find_record(job_id)
     if record is not None:
@@ -245,10 +245,11 @@ def _remote_logs(
     host: str | None = None,
 ) -> None:
     """Print (and with ``follow``, tail) a log that lives on the login node."""
+    from hpcjobs.slurm.parse import log_path
+
     info = client.show_job(job_id)
-    key = "StdErr" if stderr else "StdOut"
-    path = (info or {}).get(key, "")
-    if not path or path == "(null)":
+    path = log_path(info or {}, stderr=stderr)
+    if not path:
         raise SlurmError(
             f"Slurm does not say where job {job_id}'s log is",
             hint="the controller forgets finished jobs after a few minutes; read the log "

@@ -28,11 +28,12 @@ state_dir_option = click.option(
 
 release_option = click.option(
     "--release",
-    type=click.Choice(["bookworm", "trixie"]),
+    type=click.Choice(["bookworm", "trixie", "sid"]),
     default=None,
-    help="Debian release whose Slurm the sandbox runs: bookworm (Slurm 22.05) or trixie "
-    "(Slurm 24.11). Default: this machine's own, or the one the state dir was built for. "
-    "The other release runs under chroot in a Debian root built once in "
+    help="Debian release whose Slurm the sandbox runs: bookworm (Slurm 22.05), trixie "
+    "(Slurm 24.11) or sid, Debian unstable (Slurm 26.05). Default: this machine's own, or the "
+    "one the state dir was built for. "
+    "Another release runs under chroot in a Debian root built once in "
     "<state dir>/root; its default state dir is ~/.local/state/hpcjobs/sandbox-<release>.",
 )
 

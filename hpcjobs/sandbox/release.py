@@ -30,6 +30,8 @@ class Release:
 RELEASES: dict[str, Release] = {
     "bookworm": Release("bookworm", "12", "22.05", "3.11"),
     "trixie": Release("trixie", "13", "24.11", "3.13"),
+    # Debian unstable: the newest Slurm a site installs next (measured 26.05.5, Python 3.14).
+    "sid": Release("sid", "unstable", "26.05", "3.14"),
 }
 
 OS_RELEASE = Path("/etc/os-release")
@@ -54,6 +56,9 @@ def release_of(os_release_text: str) -> Release | None:
     for release in RELEASES.values():
         if fields.get("ID") == "debian" and fields.get("VERSION_ID") == release.debian:
             return release
+    # Unstable names the next stable release (VERSION_CODENAME=forky), without a VERSION_ID.
+    if fields.get("ID") == "debian" and fields.get("PRETTY_NAME", "").endswith("/sid"):
+        return RELEASES["sid"]
     return None
 
 
@@ -74,5 +79,13 @@ def get_release(codename: str) -> Release:
 
 
 def other_release(release: Release) -> Release:
-    """The release that is not ``release`` (the two are tested against each other)."""
-    return next(r for r in RELEASES.values() if r != release)
+    """The stable release that is not ``release`` (bookworm and trixie are tested against each
+    other; unstable is tested from both, see :func:`other_releases`)."""
+    return next(r for r in RELEASES.values() if r != release and r.debian.isdigit())
+
+
+def other_releases(release: Release) -> list[Release]:
+    """Every release but ``release``, the stable one first: the ones a full test run also
+    runs the live suite against, each in a Debian root."""
+    others = [r for r in RELEASES.values() if r != release]
+    return sorted(others, key=lambda r: not r.debian.isdigit())

@@ -287,6 +287,19 @@ def parse_job_record(text: str) -> dict[str, str]:
     return parse_key_values(line)
 
 
+def log_path(record: dict[str, str], *, stderr: bool = False) -> str:
+    """Where a job's standard output (or, with ``stderr``, its standard error) goes, from its
+    ``scontrol show job`` record; "" when Slurm does not say.
+
+    Without ``--error``, stderr goes to the stdout file: Slurm 22.05 and 24.11 print that path
+    as ``StdErr``, Slurm 26.05 prints an empty ``StdErr=`` (measured).
+    """
+    path = record.get("StdErr", "") if stderr else ""
+    if not path or path == "(null)":
+        path = record.get("StdOut", "")
+    return "" if path == "(null)" else path
+
+
 def parse_key_values(text: str) -> dict[str, str]:
     """Split ``Key=Value Key2=Value with spaces`` into a dict.
 

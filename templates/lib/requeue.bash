@@ -188,7 +188,10 @@ hpcjobs_private_logs() {
     while read -r path; do
         [[ -f $path && -O $path ]] && chmod go-rwx -- "$path" 2>/dev/null
     done < <(sed -n 's/^[[:space:]]\{1,\}Std\(Out\|Err\)=//p' <<<"$info")
+    # Without --error, stderr goes to the stdout file: Slurm 26.05 prints an empty StdErr= then.
     hpcjobs_err_file=$(sed -n 's/^[[:space:]]\{1,\}StdErr=//p' <<<"$info" | head -n 1)
+    [[ -n $hpcjobs_err_file && $hpcjobs_err_file != "(null)" ]] ||
+        hpcjobs_err_file=$(sed -n 's/^[[:space:]]\{1,\}StdOut=//p' <<<"$info" | head -n 1)
     return 0
 }
 

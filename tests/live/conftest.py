@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,63 @@ import pytest
 from tests.conftest import IN_CI, TEST_SANDBOX_DIR
 from tests.live.cluster import Cluster
 from tests.live.sshd import SshServer, ensure_openssh_server, start_sshd, unavailable_reason
+
+#: How long a test's jobs may take to leave the queue after the test (its own clean-up has
+#: cancelled them by then; COMPLETING lasts up to the sandbox's KillWait).
+LEFTOVER_GRACE_S = 30.0
+
+
+def _leftovers(runner: object) -> tuple[list[str], list[str]]:
+    """Jobs of any user still in the queue, and nodes that are not idle, as readable lines."""
+    from hpcjobs.runner import LocalRunner
+
+    assert isinstance(runner, LocalRunner)
+    jobs = runner.run(
+        ["squeue", "-h", "-o", "%i %u %T %j %N"], check=False, timeout=30
+    ).stdout.splitlines()
+    nodes = runner.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False, timeout=30).stdout
+    busy = sorted({line for line in nodes.splitlines() if line.split()[1:2] != ["idle"]})
+    return [j.strip() for j in jobs if j.strip()], busy
+
+
+@pytest.fixture(autouse=True)
+def _cluster_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every live test that used the sandbox leaves it as it found it: no job of any user left
+    and every node idle. What is left is cancelled (nodes resumed) and the test fails by name,
+    so that no later test pays for it."""
+    yield
+    if "sandbox" not in request.fixturenames:
+        return
+    from hpcjobs.runner import LocalRunner
+    from hpcjobs.sandbox.cluster import Sandbox
+
+    box = request.getfixturevalue("sandbox")
+    assert isinstance(box, Sandbox)
+    runner = LocalRunner(env=box.layout.client_env())
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    jobs, busy = _leftovers(runner)
+    while (jobs or busy) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        jobs, busy = _leftovers(runner)
+    if not jobs and not busy:
+        return
+    box.cancel_all_jobs()
+    down = [
+        line.split()[0]
+        for line in busy
+        if line.split()[1].rstrip("*~#!%$@^-") in ("down", "drained", "draining", "fail", "failing")
+    ]
+    if down:
+        runner.run(
+            ["scontrol", "update", f"nodename={','.join(down)}", "state=resume"],
+            check=False,
+            timeout=30,
+        )
+    pytest.fail(
+        f"{request.node.nodeid} left the cluster busy {LEFTOVER_GRACE_S:.0f} s after it ended "
+        f"(now cancelled): jobs {jobs or 'none'}; nodes not idle {busy or 'none'}",
+        pytrace=False,
+    )
 
 
 @pytest.fixture(scope="session")

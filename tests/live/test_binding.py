@@ -90,6 +90,9 @@ def test_srun_binding_matches_plan(shared_tmp: Path, slurm_env: dict[str, str]) 
 
     port = str(20000 + int(job_id) % 20000)
     matched = 0
+    # Block distribution: ranks 0-3 on the allocation's first node, 4-7 on its second (which
+    # two nodes is the scheduler's choice).
+    first, second = sorted({str(row["SLURMD_NODENAME"]) for row in rows})
     for row in rows:
         rank = int(str(row["RANK"]))
         local = rank % 4
@@ -98,8 +101,8 @@ def test_srun_binding_matches_plan(shared_tmp: Path, slurm_env: dict[str, str]) 
         assert row["LOCAL_RANK"] == str(local)
         assert row["WORLD_SIZE"] == "8" and row["LOCAL_WORLD_SIZE"] == "4"
         assert row["NODE_RANK"] == str(rank // 4)
-        assert row["SLURMD_NODENAME"] == ("n1" if rank < 4 else "n2")
-        assert row["MASTER_ADDR"] == "127.0.0.1"  # NodeAddr of n1, not the name "n1"
+        assert row["SLURMD_NODENAME"] == (first if rank < 4 else second)
+        assert row["MASTER_ADDR"] == "127.0.0.1"  # the first node's NodeAddr, not its name
         assert row["MASTER_PORT"] == port
         assert row["CUDA_VISIBLE_DEVICES"] == expected.cuda_visible_devices
         assert row["NCCL_IB_HCA"] == expected.nccl_ib_hca

@@ -79,4 +79,4 @@ def test_torchrun_gloo_all_reduce(shared_tmp: Path, slurm_env: dict[str, str]) -
         assert row["cuda"] == expected.cuda_visible_devices
         assert row["hca"] == expected.nccl_ib_hca
         assert row["affinity"] == list(expected.cpus)
-    assert {r["node"] for r in rows} == {"n1", "n2"}
+    assert len({r["node"] for r in rows}) == 2  # two nodes: which two is the scheduler's choice

@@ -378,3 +378,83 @@ def test_every_rank_reports_progress_for_the_stall_watch(
     monkeypatch.delenv("HPCJOBS_PROGRESS_DIR")
     report_step(7)  # outside a job: nothing, no error
     assert (tmp_path / "rank-2").read_text() == "6 n7\n"
+
+
+# ---- cancel means stop: the standby of a cancelled run never runs the program -----------------
+
+
+def _standby_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = _library_env(tmp_path, SLURM_JOB_ID="301", HPCJOBS_CHAIN_ROOT="300", **extra)
+    env["HPCJOBS_STANDBY_FOR"] = "300"
+    (tmp_path / "run" / "chain-300.tsv").write_text(
+        "1.0\t300\t0\tstart\t-\tcheckpoint=-1\n"
+        "1.1\t300\t0\tstandby\t-\tstandby job 301 for job 300\n"
+    )
+    return env
+
+
+def test_standby_of_a_run_cancelled_while_completing_does_not_run(tmp_path: Path) -> None:
+    """Slurm releases an afternotok standby while its cancelled predecessor still shows
+    COMPLETING; accounting already says CANCELLED: the standby ends and says why."""
+    env = _standby_env(tmp_path, STUB_JOB_STATE="COMPLETING", STUB_SACCT_RUNS="CANCELLED")
+    proc = _bash("hpcjobs_begin\necho RAN", env)
+    assert proc.returncode == 0, proc.stderr
+    assert "RAN" not in proc.stdout
+    chain = parse_chain((tmp_path / "run" / "chain-300.tsv").read_text())
+    assert chain.final is not None
+    assert (chain.final.event, chain.final.cause) == ("end", "fail")
+    assert chain.final.detail == "cancelled: job 300 was cancelled"
+    assert "sbatch" not in (tmp_path / "calls.log").read_text()
+
+
+def test_standby_of_a_run_lost_with_its_node_takes_over(tmp_path: Path) -> None:
+    env = _standby_env(tmp_path, STUB_JOB_STATE="COMPLETING", STUB_SACCT_RUNS="NODE_FAIL")
+    proc = _bash("hpcjobs_begin\necho RAN", env)
+    assert proc.returncode == 0, proc.stderr
+    assert "RAN" in proc.stdout
+    text = (tmp_path / "run" / "chain-300.tsv").read_text()
+    assert "took over from job 300 (NODE_FAIL)" in text
+
+
+@pytest.mark.parametrize(
+    "when",
+    ["signal before sbatch", "state before sbatch", "cancelled during sbatch"],
+)
+def test_a_run_being_cancelled_keeps_no_standby(tmp_path: Path, when: str) -> None:
+    state_file = tmp_path / "state"
+    env = _library_env(tmp_path, STUB_STATE_FILE=str(state_file))
+    script = "hpcjobs_begin\necho RAN"
+    if when == "signal before sbatch":
+        script = "hpcjobs_signal_seen=term\n" + script
+    elif when == "state before sbatch":
+        state_file.write_text("CANCELLED\n")
+    else:
+        env["STUB_STATE_AFTER_SBATCH"] = "COMPLETING"
+    proc = _bash(script + '\necho "standby=${hpcjobs_standby:-}"', env)
+    assert proc.returncode == 0, proc.stderr
+    assert "standby=\n" in proc.stdout
+    calls = (tmp_path / "calls.log").read_text()
+    if when == "cancelled during sbatch":
+        assert "scancel --quiet 4242" in calls
+    else:
+        assert "sbatch" not in calls
+
+
+@pytest.mark.parametrize(
+    ("stderr", "expected"),
+    [
+        ("/o/slurm-300.err", "/o/slurm-300.err"),
+        ("/o/slurm-300.out", "/o/slurm-300.out"),
+        ("", "/o/slurm-300.out"),
+    ],
+    ids=["own-file", "22.05-24.11-merged", "26.05-merged"],
+)
+def test_the_jobs_stderr_file_is_found_on_every_release(
+    tmp_path: Path, stderr: str, expected: str
+) -> None:
+    """srun reports its tasks' ends on the job's stderr: without --error that is the stdout
+    file, which Slurm 26.05 shows as an empty ``StdErr=``."""
+    env = _library_env(tmp_path, STUB_STDOUT="/o/slurm-300.out", STUB_STDERR=stderr)
+    proc = _bash('hpcjobs_private_logs\necho "err=$hpcjobs_err_file"', env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"err={expected}\n" in proc.stdout

@@ -111,8 +111,13 @@ STUBS = {
 echo "scontrol $*" >> "$STUB_LOG"
 if [[ $1 == show ]]; then
   state=${STUB_JOB_STATE:-RUNNING}
+  [[ -n ${STUB_STATE_FILE:-} && -f $STUB_STATE_FILE ]] && state=$(cat "$STUB_STATE_FILE")
   echo "JobId=$SLURM_JOB_ID JobState=$state Restarts=${STUB_RESTARTS:-${SLURM_RESTART_COUNT:-0}}"
   echo "   PreemptTime=${STUB_PREEMPT_TIME:-None}"
+  if [[ -n ${STUB_STDOUT:-} ]]; then
+    echo "   StdErr=${STUB_STDERR:-}"
+    echo "   StdOut=$STUB_STDOUT"
+  fi
 fi
 exit 0
 """,
@@ -125,6 +130,8 @@ echo "${STUB_TIME_LEFT:-UNLIMITED}"
 """,
     "sbatch": """#!/bin/bash
 echo "sbatch $*" >> "$STUB_LOG"
+# A cancel that arrives while sbatch runs.
+[[ -n ${STUB_STATE_AFTER_SBATCH:-} ]] && echo "$STUB_STATE_AFTER_SBATCH" > "$STUB_STATE_FILE"
 echo "4242;sandbox"
 """,
     "scancel": """#!/bin/bash

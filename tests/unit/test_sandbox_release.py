@@ -10,7 +10,13 @@ import pytest
 from hpcjobs.errors import EXIT_BAD_INPUT, EXIT_SLURM, BadInputError, HostSetupError, SandboxError
 from hpcjobs.sandbox import confgen
 from hpcjobs.sandbox.cluster import choose_release
-from hpcjobs.sandbox.release import RELEASES, get_release, other_release, release_of
+from hpcjobs.sandbox.release import (
+    RELEASES,
+    get_release,
+    other_release,
+    other_releases,
+    release_of,
+)
 from hpcjobs.sandbox.root import (
     Mount,
     mirror_from_sources,
@@ -26,20 +32,32 @@ BOOKWORM = (
     "VERSION_CODENAME=bookworm\nID=debian\n"
 )
 TRIXIE_NO_CODENAME = 'ID=debian\nVERSION_ID="13"\n'
+#: Debian unstable's own file (measured in a sid root, 2026-12): no VERSION_ID.
+SID = (
+    'PRETTY_NAME="Debian GNU/Linux forky/sid"\nNAME="Debian GNU/Linux"\n'
+    "VERSION_CODENAME=forky\nID=debian\n"
+)
 
 
 def test_release_of_os_release() -> None:
     assert release_of(BOOKWORM) == RELEASES["bookworm"]
     assert release_of(TRIXIE_NO_CODENAME) == RELEASES["trixie"]
     assert release_of("ID=ubuntu\nVERSION_ID=24.04\n") is None
+    assert release_of(SID) == RELEASES["sid"]
 
 
 def test_other_release_is_the_other_way_round() -> None:
     assert other_release(RELEASES["bookworm"]).codename == "trixie"
     assert other_release(RELEASES["trixie"]).codename == "bookworm"
     assert RELEASES["trixie"].slurm_major == (24, 11)
+    assert RELEASES["sid"].slurm_major == (26, 5)
     with pytest.raises(BadInputError):
-        get_release("sid")
+        get_release("forky")
+
+
+def test_a_full_run_covers_every_other_release_stable_first() -> None:
+    assert [r.codename for r in other_releases(RELEASES["bookworm"])] == ["trixie", "sid"]
+    assert [r.codename for r in other_releases(RELEASES["trixie"])] == ["bookworm", "sid"]
 
 
 def test_cgroup_conf_only_for_new_slurm() -> None:

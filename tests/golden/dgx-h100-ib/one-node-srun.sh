@@ -397,7 +397,10 @@ hpcjobs_private_logs() {
     while read -r path; do
         [[ -f $path && -O $path ]] && chmod go-rwx -- "$path" 2>/dev/null
     done < <(sed -n 's/^[[:space:]]\{1,\}Std\(Out\|Err\)=//p' <<<"$info")
+    # Without --error, stderr goes to the stdout file: Slurm 26.05 prints an empty StdErr= then.
     hpcjobs_err_file=$(sed -n 's/^[[:space:]]\{1,\}StdErr=//p' <<<"$info" | head -n 1)
+    [[ -n $hpcjobs_err_file && $hpcjobs_err_file != "(null)" ]] ||
+        hpcjobs_err_file=$(sed -n 's/^[[:space:]]\{1,\}StdOut=//p' <<<"$info" | head -n 1)
     return 0
 }
 
@@ -877,18 +880,35 @@ hpcjobs_standby_submit() {
     # A run of this job that Slurm requeued anyway left a standby: it must never start too.
     old=$(hpcjobs_standby_of "$self")
     [[ -n $old ]] && scancel --quiet "$old" 2>/dev/null
+    hpcjobs_being_cancelled && return 0
     if ! new=$(hpcjobs_submit_next "afternotok:$SLURM_JOB_ID" "$self" --kill-on-invalid-dep=yes); then
         hpcjobs_log "could not submit a standby job ($new); a node failure falls back to Slurm's requeue"
         return 0
     fi
-    hpcjobs_standby=$new
     hpcjobs_event standby - "standby job $new for job $self"
+    # A cancel that came while sbatch ran: the standby goes at once (afternotok counts a
+    # cancelled job as failed, so it would start). The standby checks this too when it starts.
+    if hpcjobs_being_cancelled; then
+        scancel --quiet "$new" 2>/dev/null || hpcjobs_log "could not cancel the standby job $new"
+        hpcjobs_log "job $SLURM_JOB_ID is being cancelled; its standby job $new is cancelled too"
+        return 0
+    fi
+    hpcjobs_standby=$new
     if scontrol update "jobid=$SLURM_JOB_ID" Requeue=0 >/dev/null 2>&1; then
         hpcjobs_requeue_off=1
     else
         hpcjobs_log "could not mark job $SLURM_JOB_ID Requeue=0; after a node failure Slurm may requeue it too"
     fi
     return 0
+}
+
+# hpcjobs_being_cancelled: whether this job is being cancelled (scancel, hpcjobs cancel): a plain
+# SIGTERM reached the script, or Slurm shows the job CANCELLED or ending.
+hpcjobs_being_cancelled() {
+    [[ ${hpcjobs_signal_seen:-} == term ]] && return 0
+    local state
+    state=$(hpcjobs_field "$(timeout 20 scontrol show job "$SLURM_JOB_ID" 2>/dev/null)" JobState)
+    [[ $state == CANCELLED* || $state == COMPLETING ]]
 }
 
 # hpcjobs_standby_cancel: the chain does not continue after this run: its standby goes.
@@ -956,6 +976,25 @@ hpcjobs_failed_nodes() {
     } | awk 'NF && !seen[$0]++'
 }
 
+# hpcjobs_final_state JOB [STATE]: how JOB ended (CANCELLED, NODE_FAIL, ...), STATE being what
+# 'scontrol show job' said. Slurm releases an afternotok dependency as soon as the job has ended,
+# while it may still show COMPLETING (a job cancelled at its start: its script is still running
+# its trap); accounting records the final state at that moment. Asks again for up to 15 s;
+# prints nothing if neither says.
+hpcjobs_final_state() {
+    local job=$1 state=${2:-} i
+    for ((i = 0; i < 30; i++)); do
+        case $state in
+            "" | COMPLETING | RUNNING | PENDING | CONFIGURING | SUSPENDED | REQUEUE* | RESIZING | \
+                SIGNALING | STAGE_OUT | STOPPED | RESV_DEL_HOLD) ;;
+            *) echo "$state"; return 0 ;;
+        esac
+        ((i > 0)) && sleep 0.5
+        state=$(timeout 20 sacct -n -X -P -j "$job" -o State 2>/dev/null | tail -n 1)
+        state=${state%% *}
+    done
+}
+
 # hpcjobs_after_standby_release: this job is a standby and Slurm released it. When the run it
 # stood by for retargeted it, it is an ordinary continuation. Otherwise that run died without a
 # word: record why (from Slurm), exclude the failed nodes, and enforce the budget. Exits when
@@ -981,15 +1020,10 @@ hpcjobs_after_standby_release() {
         exit 0
     fi
     info=$(timeout 20 scontrol show job "$pred" 2>/dev/null)
-    state=$(hpcjobs_field "$info" JobState)
     end=$(hpcjobs_field "$info" EndTime)
     nodes=$(hpcjobs_field "$info" NodeList)
     batch=$(hpcjobs_field "$info" BatchHost)
-    if [[ -z $state ]]; then
-        IFS='|' read -r state end nodes < <(timeout 20 sacct -n -X -P -j "$pred" \
-            -o State,End,NodeList 2>/dev/null | tail -n 1)
-        state=${state%% *}
-    fi
+    state=$(hpcjobs_final_state "$pred" "$(hpcjobs_field "$info" JobState)")
     case $state in
         NODE_FAIL | BOOT_FAIL) cause=node_failure ;;
         PREEMPTED) cause=preemption ;;
