@@ -7,8 +7,8 @@
 # (bookworm <-> trixie). A Slurm client cannot talk to a controller of another release, so the
 # sandbox of that release runs in a Debian root (`hpcjobs sandbox up --release NAME`), and
 # pytest runs inside that root too: with the root's own Python in a venv built there once
-# (/opt/hpcjobs-venv, rebuilt when pyproject.toml or the checkout's path changes), and this
-# checkout bind-mounted at its own path and installed editable. Extra arguments go to pytest.
+# (/opt/hpcjobs-venv, rebuilt when pyproject.toml changes), and this checkout bind-mounted at
+# its own path and installed editable. Extra arguments go to pytest.
 #
 # --prepare builds the root, starts its sandbox and builds the venv, and leaves the sandbox
 # running (scripts/test.sh does this in the background while the machine's own suite runs);
@@ -39,14 +39,17 @@ if [[ -z $release ]]; then
     [[ ${CI:-} == true ]] && exit 2
     exit 0
 fi
+# Each release has its own state folder and ports, so that several run side by side:
+# <HPCJOBS_TEST_OTHER_SANDBOX_DIR>-<release>, and HPCJOBS_TEST_OTHER_PORT_BASE plus 1000 per
+# release (a sandbox uses fewer than 300 ports).
 case $release in
-    bookworm) port_default=18810 ;;
-    trixie) port_default=18810 ;;
-    sid) port_default=19810 ;;
+    bookworm) offset=0 ;;
+    trixie) offset=1000 ;;
+    sid) offset=2000 ;;
     *) echo "test: unknown release $release (bookworm, trixie or sid)" >&2; exit 2 ;;
 esac
-state=${HPCJOBS_TEST_OTHER_SANDBOX_DIR:-/tmp/hpcjobs-test-sandbox-$release}
-ports=${HPCJOBS_TEST_OTHER_PORT_BASE:-$port_default}
+state=${HPCJOBS_TEST_OTHER_SANDBOX_DIR:-/tmp/hpcjobs-test-sandbox}-$release
+ports=$((${HPCJOBS_TEST_OTHER_PORT_BASE:-18810} + offset))
 hpcjobs=("$venv/bin/hpcjobs" sandbox)
 root=$state/root
 rvenv=/opt/hpcjobs-venv
@@ -59,18 +62,25 @@ done
 prepare() {
     "${hpcjobs[@]}" up --release "$release" --state-dir "$state" --port-base "$ports" \
         --grace-time 15 --bind "$repo" >&2
-    # The editable install points at this checkout's path: a venv built for another checkout
-    # (a second clone, a worktree) would import hpcjobs from there, or find nothing.
-    local stamp
-    stamp=$({ cat pyproject.toml; echo "$repo"; } | sha256sum | cut -c1-16)
-    if [[ $(cat "$root$rvenv/.hpcjobs-stamp" 2>/dev/null || true) != "$stamp" ]]; then
+    # The venv is cached in the root: rebuilt when pyproject.toml changes. The editable install
+    # points at one checkout's path: for another checkout (a second clone, CI's fresh clone)
+    # only hpcjobs itself is installed again, without its dependencies (seconds).
+    local deps
+    deps=$(sha256sum <pyproject.toml | cut -c1-16)
+    if [[ $(cat "$root$rvenv/.hpcjobs-deps" 2>/dev/null || true) != "$deps" ]]; then
         echo "test: installing hpcjobs and its dev tools into $rvenv in the $release root" >&2
         rm -rf "${root:?}$rvenv"
         chroot "$root" "${clean[@]}" python3 -m venv "$rvenv"
         # No torch here: PyPI has only a multi-GB CUDA build for these Pythons (tests/conftest.py).
         chroot "$root" "${clean[@]}" /usr/bin/env --chdir="$repo" \
             "$rvenv/bin/python" -m pip install -q -e '.[dev]'
-        echo "$stamp" >"$root$rvenv/.hpcjobs-stamp"
+        echo "$deps" >"$root$rvenv/.hpcjobs-deps"
+        echo "$repo" >"$root$rvenv/.hpcjobs-checkout"
+    elif [[ $(cat "$root$rvenv/.hpcjobs-checkout" 2>/dev/null || true) != "$repo" ]]; then
+        echo "test: pointing $rvenv in the $release root at $repo" >&2
+        chroot "$root" "${clean[@]}" /usr/bin/env --chdir="$repo" \
+            "$rvenv/bin/python" -m pip install -q --no-deps -e .
+        echo "$repo" >"$root$rvenv/.hpcjobs-checkout"
     fi
 }
 

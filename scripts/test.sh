@@ -31,7 +31,7 @@ stage() {
 
 # The closing lines: one row per stage, then the total, then one count of every pytest run.
 report() {
-    local total=$(($(date +%s) - started_all)) passed=0 failures=0 skipped=0 line n
+    local total=$(($(date +%s) - started_all)) passed=0 failures=0 skipped=0 line
     echo >&2
     echo "== where the time went (budget: 60 min)" >&2
     printf '%-48s %8s  %s\n' stage seconds result >&2
@@ -41,11 +41,12 @@ report() {
     printf '%-48s %8s  %s\n' "total" "$total" "$(printf '%d min %02d s' $((total / 60)) $((total % 60)))" >&2
     for log in "$logs"/pytest-*.log; do
         [[ -f $log ]] || continue
-        line=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error)' "$log" | tail -n 1)
-        n=$(grep -oE '[0-9]+ passed' <<<"$line" | cut -d' ' -f1); passed=$((passed + ${n:-0}))
-        n=$(grep -oE '[0-9]+ (failed|errors?)' <<<"$line" | awk '{ s += $1 } END { print s + 0 }')
-        failures=$((failures + n))
-        n=$(grep -oE '[0-9]+ skipped' <<<"$line" | cut -d' ' -f1); skipped=$((skipped + ${n:-0}))
+        # pytest's summary: "3 failed, 90 passed, 2 skipped, 1 error in 10.2s" (any order).
+        line=$(grep -E '^(=+ )?[0-9]+ [a-z]+(, [0-9]+ [a-z]+)* in [0-9]' "$log" | tail -n 1)
+        read -r p f s < <(grep -oE '[0-9]+ [a-z]+' <<<"$line" | awk '
+            $2 == "passed" { p += $1 } $2 == "failed" || $2 ~ /^errors?$/ { f += $1 }
+            $2 == "skipped" { s += $1 } END { print p + 0, f + 0, s + 0 }')
+        passed=$((passed + p)) failures=$((failures + f)) skipped=$((skipped + s))
     done
     ((${#failed[@]})) && echo "test: failed stages: ${failed[*]}" >&2
     echo "total: $passed passed, $failures failed, $skipped skipped"
@@ -62,14 +63,35 @@ if [[ ${HPCJOBS_TEST_BOTH_RELEASES:-1} == 0 && ${CI:-} != true ]]; then
 else
     [[ ${HPCJOBS_TEST_BOTH_RELEASES:-1} == 0 ]] &&
         echo "test: CI runs every Slurm release; HPCJOBS_TEST_BOTH_RELEASES=0 is ignored" >&2
-    mapfile -t others < <(.venv/bin/python -c 'from hpcjobs.sandbox.release import host_release, other_releases
+    if ! names=$(.venv/bin/python -c 'from hpcjobs.sandbox.release import host_release, other_releases
 r = host_release()
-print("\n".join(o.codename for o in other_releases(r)) if r else "")')
+print("\n".join(o.codename for o in other_releases(r)) if r else "")'); then
+        echo "test: could not tell which Slurm releases to test" >&2
+        report
+        exit 2
+    fi
+    mapfile -t others < <(grep . <<<"$names")
     if ((${#others[@]} == 0)); then
-        echo "test: this machine is neither Debian 12 nor 13: the other releases are not tested" >&2
+        echo "test: this machine is not a Debian release the sandbox knows: the other releases are not tested" >&2
         [[ ${CI:-} == true ]] && { report; exit 2; }
     fi
 fi
+
+# Whatever happens (a failure, Ctrl-C), no daemon of the other releases' sandboxes outlives
+# this script: the background jobs end and every one of those sandboxes goes down.
+cleanup() {
+    local pids
+    mapfile -t pids < <(jobs -p)
+    if ((${#pids[@]})); then
+        kill "${pids[@]}" 2>/dev/null
+        wait "${pids[@]}" 2>/dev/null
+    fi
+    for rel in "${others[@]}"; do
+        .venv/bin/hpcjobs sandbox down --state-dir "${HPCJOBS_TEST_OTHER_SANDBOX_DIR:-/tmp/hpcjobs-test-sandbox}-$rel" >/dev/null 2>&1 || true
+    done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # The other releases' roots, sandboxes and venvs: built in the background meanwhile.
 declare -A prep_pid
@@ -105,7 +127,6 @@ for rel in "${others[@]}"; do
         echo "test: preparing the $rel root failed; its log:" >&2
         cat "$logs/prepare-$rel.log" >&2
         failed+=("prepare $rel")
-        .venv/bin/hpcjobs sandbox down --state-dir "/tmp/hpcjobs-test-sandbox-$rel" >&2 || true
         continue
     fi
     (

@@ -104,6 +104,9 @@ NO_TORCH_RELEASES = ("trixie", "sid")
 #: machine). The other release's Debian root has none; what they check does not depend on the
 #: Slurm release, so there they are deselected, loudly, and run on the machine's own release.
 BROWSER_TESTS = ("test_html_page_renders_in_chromium",)
+#: Live tests that start sandboxes of their own (128 nodes): what they check is the sandbox and
+#: the machine, not the Slurm release, so they run on the machine's own release only.
+OWN_RELEASE_TESTS = ("tests/live/test_big_sandbox.py",)
 #: Set by scripts/test-other-release.sh (read at import: tests scrub HPCJOBS_*).
 IN_OTHER_RELEASE = os.environ.get("HPCJOBS_TEST_OTHER_RELEASE") == "1"
 _DESELECTED: list[str] = []
@@ -159,6 +162,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if IN_OTHER_RELEASE and not (shutil.which("chromium") or shutil.which("chromium-browser")):
         patterns += BROWSER_TESTS
         _REASONS.append("browser test(s): no chromium in this root; they run on the machine")
+    if IN_OTHER_RELEASE:
+        patterns += OWN_RELEASE_TESTS
+        _REASONS.append("big-sandbox test: it runs on the machine's own release")
     if not patterns:
         return
     keep, drop = [], []

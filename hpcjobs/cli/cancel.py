@@ -99,6 +99,10 @@ def cancel(
 #: standby that script submitted while the cancel ran (the standby also refuses to run after a
 #: cancelled job; this keeps it from even being scheduled).
 LATE_STANDBY_WAIT_S = 10.0
+#: The states of a job whose script may still run (COMPLETING: its signal trap is running).
+_STILL_GOING = frozenset(
+    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "SIGNALING", "STAGE_OUT"}
+)
 
 
 def _late_standbys(
@@ -108,8 +112,9 @@ def _late_standbys(
     host: str | None,
     cancelled: set[str],
 ) -> list[str]:
-    """Cancel the standbys that the cancelled running jobs' scripts submitted while the cancel
-    ran: once each job has left the queue (or after LATE_STANDBY_WAIT_S), read its chain again."""
+    """Cancel the standbys (and continuations) that the cancelled running jobs' scripts
+    submitted while the cancel ran: once each job's script has ended (or after
+    LATE_STANDBY_WAIT_S), read its chain again."""
     from hpcjobs.jobs.chain import load_chain
 
     if not running:
@@ -117,7 +122,8 @@ def _late_standbys(
     currents = [ref.current for ref in running]
     deadline = time.monotonic() + LATE_STANDBY_WAIT_S
     while time.monotonic() < deadline:
-        if not client.queue(currents):
+        # squeue keeps listing an ended job for a while (MinJobAge): wait for the end only.
+        if not any(row.state in _STILL_GOING for row in client.queue(currents)):
             break
         time.sleep(0.5)
     late: list[str] = []
@@ -127,7 +133,7 @@ def _late_standbys(
             continue
         late += [
             job_id
-            for job_id in again.chain.standby_ids
+            for job_id in [*again.chain.standby_ids, *again.chain.job_ids]
             if job_id not in cancelled and job_id not in late
         ]
     if not late:

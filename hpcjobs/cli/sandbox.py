@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from hpcjobs.cli.options import Count
-from hpcjobs.sandbox.layout import DEFAULT_PORT_BASE, Settings
+from hpcjobs.sandbox.layout import DEFAULT_PORT_BASE, MAX_NODES, Settings
 
 if TYPE_CHECKING:
     from hpcjobs.sandbox.cluster import Sandbox, Status
@@ -73,7 +73,18 @@ def sandbox() -> None:
     help=f"First of the sandbox's ports (default {DEFAULT_PORT_BASE}): slurmctld, slurmdbd and "
     "MariaDB use base..base+2, slurmd nX uses base+10+X.",
 )
-@click.option("--nodes", type=Count(1, 9), default=None, help="Number of nodes (3).")
+@click.option(
+    "--nodes",
+    type=Count(1, MAX_NODES),
+    default=None,
+    help=f"Number of nodes (3; at most {MAX_NODES}: 128 take about a minute to start).",
+)
+@click.option(
+    "--gpus-per-node",
+    type=Count(1, 8),
+    default=None,
+    help="Fake GPUs per node (4), gres gpu:h100:N.",
+)
 @click.option(
     "--grace-time",
     type=Count(0, 3600),
@@ -93,6 +104,7 @@ def up(
     release: str | None,
     port_base: int | None,
     nodes: int | None,
+    gpus_per_node: int | None,
     grace_time: int | None,
     binds: tuple[Path, ...],
 ) -> None:
@@ -110,6 +122,7 @@ def up(
         for key, value in {
             "port_base": port_base,
             "nodes": nodes,
+            "gpus_per_node": gpus_per_node,
             "grace_time": grace_time,
         }.items()
         if value is not None
@@ -120,7 +133,7 @@ def up(
     box.up(settings, progress=_progress)
     click.echo(
         f"Sandbox up in {time.monotonic() - started:.1f} s: nodes "
-        f"{', '.join(settings.node_names)} with gpu:h100:{settings.gpus_per_node}.",
+        f"{settings.nodes_text} with gpu:h100:{settings.gpus_per_node}.",
         err=True,
     )
     if box.root is not None:

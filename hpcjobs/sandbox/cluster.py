@@ -459,11 +459,15 @@ class Sandbox:
 
     def _start_slurmds(self, settings: Settings, progress: Progress) -> None:
         lay = self.layout
+        few = settings.nodes <= 9
+        if not few:
+            progress(f"starting slurmd {settings.hostlist}")
         for i, node in enumerate(settings.node_names, start=1):
             if procs.running_pid(lay.pid_file(f"slurmd-{node}"), self.marker_dir):
                 continue
             _ensure_port_free(f"slurmd {node}", settings.node_port(i))
-            progress(f"starting slurmd {node}")
+            if few:
+                progress(f"starting slurmd {node}")
             # An absolute -f matters: jobs inherit SLURM_CONF from slurmd.
             procs.start_daemon(
                 self._daemon([self._program("slurmd"), "-f", str(lay.slurm_conf), "-N", node]),
@@ -472,7 +476,7 @@ class Sandbox:
             )
 
     def _wait_nodes_ready(self, settings: Settings, progress: Progress) -> None:
-        progress(f"waiting for nodes {', '.join(settings.node_names)}")
+        progress(f"waiting for nodes {settings.nodes_text}")
         deadline = time.monotonic() + 90
         while True:
             nodes = self.nodes()

@@ -148,4 +148,4 @@ def slurmdbd_conf(settings: Settings, layout: Layout, db_password: str) -> str:
 
 
 def _hostlist(settings: Settings) -> str:
-    return "n1" if settings.nodes == 1 else f"n[1-{settings.nodes}]"
+    return settings.hostlist

@@ -35,6 +35,11 @@ def default_state_dir(release: str | None = None) -> Path:
     return (Path(base) / "hpcjobs" / name).resolve()
 
 
+#: The most nodes a sandbox runs (one slurmd each, about 5 MB, on ports base+11 and up: below
+#: the next sandbox's base, 1,000 ports on).
+MAX_NODES = 256
+
+
 @dataclass(frozen=True)
 class Settings:
     """What the user can choose about a sandbox. Saved in ``sandbox.json``."""
@@ -50,8 +55,8 @@ class Settings:
     def __post_init__(self) -> None:
         if not 1024 <= self.port_base <= 65000:
             raise BadInputError(f"port base must be between 1024 and 65000, not {self.port_base}")
-        if not 1 <= self.nodes <= 9:
-            raise BadInputError(f"a sandbox has 1 to 9 nodes, not {self.nodes}")
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise BadInputError(f"a sandbox has 1 to {MAX_NODES} nodes, not {self.nodes}")
         if not 1 <= self.gpus_per_node <= 8:
             raise BadInputError(f"a sandbox node has 1 to 8 GPUs, not {self.gpus_per_node}")
         if self.cpus_per_node < self.gpus_per_node or self.cpus_per_node % 2:
@@ -81,6 +86,16 @@ class Settings:
     @property
     def node_names(self) -> list[str]:
         return [f"n{i}" for i in range(1, self.nodes + 1)]
+
+    @property
+    def hostlist(self) -> str:
+        """Every node, in Slurm's host list form: ``n[1-3]``."""
+        return "n1" if self.nodes == 1 else f"n[1-{self.nodes}]"
+
+    @property
+    def nodes_text(self) -> str:
+        """The nodes for a message: named one by one when there are few."""
+        return ", ".join(self.node_names) if self.nodes <= 9 else self.hostlist
 
     def node_port(self, index: int) -> int:
         """The slurmd port of node ``n<index>`` (1-based)."""

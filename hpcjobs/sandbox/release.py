@@ -56,7 +56,8 @@ def release_of(os_release_text: str) -> Release | None:
     for release in RELEASES.values():
         if fields.get("ID") == "debian" and fields.get("VERSION_ID") == release.debian:
             return release
-    # Unstable names the next stable release (VERSION_CODENAME=forky), without a VERSION_ID.
+    # Unstable names the next stable release (VERSION_CODENAME=forky), without a VERSION_ID;
+    # testing looks the same and is taken for unstable (both carry the newest Slurm).
     if fields.get("ID") == "debian" and fields.get("PRETTY_NAME", "").endswith("/sid"):
         return RELEASES["sid"]
     return None

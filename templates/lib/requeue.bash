@@ -343,8 +343,9 @@ hpcjobs_cause() {
         echo preemption
         return
     fi
-    # scancel: steps get SIGTERM, so the program may exit cleanly before the shell hears of it.
-    if grep -q 'JobState=CANCELLED' <<<"$info"; then
+    # scancel: steps get SIGTERM, so the program may exit cleanly before the shell hears of it
+    # (and where the warning signal is TERM, the shell takes it for a warning).
+    if hpcjobs_was_cancelled "$SLURM_JOB_ID" "$info"; then
         echo cancelled
         return
     fi

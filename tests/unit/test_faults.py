@@ -430,6 +430,7 @@ def test_a_run_being_cancelled_keeps_no_standby(tmp_path: Path, when: str) -> No
         state_file.write_text("CANCELLED\n")
     else:
         env["STUB_STATE_AFTER_SBATCH"] = "COMPLETING"
+        env["STUB_SACCT_RUNS"] = "CANCELLED"
     proc = _bash(script + '\necho "standby=${hpcjobs_standby:-}"', env)
     assert proc.returncode == 0, proc.stderr
     assert "standby=\n" in proc.stdout
@@ -458,3 +459,39 @@ def test_the_jobs_stderr_file_is_found_on_every_release(
     proc = _bash('hpcjobs_private_logs\necho "err=$hpcjobs_err_file"', env)
     assert proc.returncode == 0, proc.stderr
     assert f"err={expected}\n" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("info", "acct", "signal", "cancelled"),
+    [
+        ("CANCELLED", "", "", True),
+        ("COMPLETING", "CANCELLED", "", True),
+        ("COMPLETING", "NODE_FAIL", "", False),  # any ending job shows COMPLETING
+        ("COMPLETING", "PREEMPTED", "", False),
+        ("RUNNING", "", "term", True),  # scancel's SIGTERM before Slurm shows it
+        ("RUNNING", "", "warning", False),
+    ],
+)
+def test_only_a_cancel_counts_as_one(
+    tmp_path: Path, info: str, acct: str, signal: str, cancelled: bool
+) -> None:
+    env = _library_env(tmp_path, STUB_JOB_STATE=info, STUB_SACCT_RUNS=acct)
+    proc = _bash(f"hpcjobs_signal_seen={signal}\nhpcjobs_being_cancelled && echo yes", env)
+    assert ("yes" in proc.stdout) is cancelled, proc.stderr
+
+
+def test_a_term_during_a_preemption_is_no_cancel(tmp_path: Path) -> None:
+    """Without send_user_signal a preemption sends SIGTERM: the run keeps its standby."""
+    env = _library_env(tmp_path, STUB_PREEMPT_TIME="2026-01-01T00:00:00")
+    proc = _bash("hpcjobs_signal_seen=term\nhpcjobs_being_cancelled && echo yes", env)
+    assert "yes" not in proc.stdout
+
+
+def test_standby_waits_for_the_final_state_without_accounting(tmp_path: Path) -> None:
+    """No accounting, and the controller shows COMPLETING until the wait is over: the standby
+    takes over as before (it cannot tell), after HPCJOBS_FINAL_STATE_WAIT seconds."""
+    env = _standby_env(tmp_path, STUB_JOB_STATE="COMPLETING", HPCJOBS_FINAL_STATE_WAIT="1")
+    proc = _bash("hpcjobs_begin\necho RAN", env)
+    assert proc.returncode == 0, proc.stderr
+    assert "RAN" in proc.stdout
+    assert "took over from job 300 (?)" in (tmp_path / "run" / "chain-300.tsv").read_text()

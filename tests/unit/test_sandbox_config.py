@@ -54,6 +54,22 @@ def test_gres_conf_fake_gpus() -> None:
     assert "File=/dev/tty0\n" in confgen.gres_conf(Settings(gpus_per_node=1, cpus_per_node=2))
 
 
+def test_a_thousand_gpus_fit_below_the_next_sandboxs_ports(tmp_path: Path) -> None:
+    """128 nodes x 8 fake GPUs: one node line each, ports of their own, all below the next
+    sandbox's base (the test sandboxes are 1,000 ports apart)."""
+    settings = Settings(nodes=128, gpus_per_node=8)
+    text = confgen.slurm_conf(settings, Layout(tmp_path), "myhost")
+    assert text.count("Gres=gpu:h100:8") == 128
+    assert "PartitionName=batch Nodes=n[1-128] Default=YES" in text
+    assert "File=/dev/tty[0-7]" in confgen.gres_conf(settings)
+    ports = list(settings.all_ports().values())
+    assert len(set(ports)) == len(ports) == 131
+    assert max(ports) < settings.port_base + 1000
+    assert settings.nodes_text == "n[1-128]" and Settings().nodes_text == "n1, n2, n3"
+    big = Settings(nodes=256, port_base=65000)
+    assert max(big.all_ports().values()) <= 65535
+
+
 def test_slurmdbd_conf_uses_own_ports(tmp_path: Path) -> None:
     text = confgen.slurmdbd_conf(Settings(port_base=20000), Layout(tmp_path), "pw")
     assert "DbdPort=20001" in text
@@ -65,7 +81,8 @@ def test_slurmdbd_conf_uses_own_ports(tmp_path: Path) -> None:
     [
         {"port_base": 80},
         {"nodes": 0},
-        {"nodes": 12},
+        {"nodes": 257},
+        {"gpus_per_node": 9},
         {"gpus_per_node": 0},
         {"cpus_per_node": 3},
         {"grace_time": -1},

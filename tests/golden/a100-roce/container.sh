@@ -538,8 +538,9 @@ hpcjobs_cause() {
         echo preemption
         return
     fi
-    # scancel: steps get SIGTERM, so the program may exit cleanly before the shell hears of it.
-    if grep -q 'JobState=CANCELLED' <<<"$info"; then
+    # scancel: steps get SIGTERM, so the program may exit cleanly before the shell hears of it
+    # (and where the warning signal is TERM, the shell takes it for a warning).
+    if hpcjobs_was_cancelled "$SLURM_JOB_ID" "$info"; then
         echo cancelled
         return
     fi
@@ -731,7 +732,9 @@ hpcjobs_no_requeue_after() {
 #         0 = off), HPCJOBS_STALL_GRACE (s), HPCJOBS_MAX_EXCLUDED,
 #         HPCJOBS_HEALTH_CHECK (shell command run on a suspect; empty = none),
 #         HPCJOBS_HEALTH_TIMEOUT (s), the array HPCJOBS_INFRA_PATTERNS (extended regular
-#         expressions), HPCJOBS_STANDBY_FOR (set only in a standby: the run it stands by for).
+#         expressions), HPCJOBS_STANDBY_FOR (set only in a standby: the run it stands by for),
+#         HPCJOBS_FINAL_STATE_WAIT (s, 60: how long a standby waits to learn how its
+#         predecessor ended).
 
 # The folder where each rank's output is copied during a run (for classifying a crash).
 hpcjobs_capture_dir() {
@@ -888,13 +891,15 @@ hpcjobs_standby_submit() {
     return 0
 }
 
-# hpcjobs_being_cancelled: whether this job is being cancelled (scancel, hpcjobs cancel): a plain
-# SIGTERM reached the script, or Slurm shows the job CANCELLED or ending.
+# hpcjobs_being_cancelled: whether this job is being cancelled (scancel, hpcjobs cancel): Slurm
+# says so (hpcjobs_was_cancelled), or a plain SIGTERM reached the script while Slurm shows
+# neither a preemption nor a node failure (a preemption without the warning signal sends TERM).
 hpcjobs_being_cancelled() {
-    [[ ${hpcjobs_signal_seen:-} == term ]] && return 0
-    local state
-    state=$(hpcjobs_field "$(timeout 20 scontrol show job "$SLURM_JOB_ID" 2>/dev/null)" JobState)
-    [[ $state == CANCELLED* || $state == COMPLETING ]]
+    local info
+    info=$(timeout 20 scontrol show job "$SLURM_JOB_ID" 2>/dev/null)
+    hpcjobs_was_cancelled "$SLURM_JOB_ID" "$info" && return 0
+    grep -qE 'PreemptTime=[0-9]|Reason=NodeDown|JobState=NODE_FAIL' <<<"$info" && return 1
+    [[ ${hpcjobs_signal_seen:-} == term ]]
 }
 
 # hpcjobs_standby_cancel: the chain does not continue after this run: its standby goes.
@@ -962,22 +967,48 @@ hpcjobs_failed_nodes() {
     } | awk 'NF && !seen[$0]++'
 }
 
+# hpcjobs_ended STATE: whether STATE is a job's final state (CANCELLED, NODE_FAIL, ...). An
+# ending job shows COMPLETING in 'scontrol show job', whatever ended it.
+hpcjobs_ended() {
+    case ${1%% *} in
+        "" | COMPLETING | RUNNING | PENDING | CONFIGURING | SUSPENDED | REQUEUE* | RESIZING | \
+            SIGNALING | STAGE_OUT | STOPPED | RESV_DEL_HOLD) return 1 ;;
+    esac
+}
+
+# hpcjobs_acct_state JOB: JOB's final state in accounting (its newest run), or nothing.
+hpcjobs_acct_state() {
+    local state
+    state=$(timeout 10 sacct -n -X -P -j "$1" -o State 2>/dev/null | tail -n 1)
+    echo "${state%% *}"
+}
+
+# hpcjobs_was_cancelled JOB [INFO]: whether JOB (INFO: its 'scontrol show job') was cancelled:
+# CANCELLED there, or, while it still shows COMPLETING, in accounting, which records the final
+# state when the job ends.
+hpcjobs_was_cancelled() {
+    local state
+    state=$(hpcjobs_field "${2:-}" JobState)
+    [[ $state == CANCELLED* ]] && return 0
+    [[ $state == COMPLETING ]] || return 1
+    [[ $(hpcjobs_acct_state "$1") == CANCELLED* ]]
+}
+
 # hpcjobs_final_state JOB [STATE]: how JOB ended (CANCELLED, NODE_FAIL, ...), STATE being what
 # 'scontrol show job' said. Slurm releases an afternotok dependency as soon as the job has ended,
 # while it may still show COMPLETING (a job cancelled at its start: its script is still running
-# its trap); accounting records the final state at that moment. Asks again for up to 15 s;
-# prints nothing if neither says.
+# its trap); accounting records the final state at that moment. Asks both again, twice a
+# second, for at most HPCJOBS_FINAL_STATE_WAIT seconds (60: KillWait and a margin); prints
+# nothing if neither says by then.
 hpcjobs_final_state() {
-    local job=$1 state=${2:-} i
-    for ((i = 0; i < 30; i++)); do
-        case $state in
-            "" | COMPLETING | RUNNING | PENDING | CONFIGURING | SUSPENDED | REQUEUE* | RESIZING | \
-                SIGNALING | STAGE_OUT | STOPPED | RESV_DEL_HOLD) ;;
-            *) echo "$state"; return 0 ;;
-        esac
-        ((i > 0)) && sleep 0.5
-        state=$(timeout 20 sacct -n -X -P -j "$job" -o State 2>/dev/null | tail -n 1)
-        state=${state%% *}
+    local job=$1 state=${2:-} deadline=$((SECONDS + ${HPCJOBS_FINAL_STATE_WAIT:-60}))
+    while :; do
+        hpcjobs_ended "$state" && { echo "${state%% *}"; return 0; }
+        state=$(hpcjobs_acct_state "$job")
+        hpcjobs_ended "$state" && { echo "$state"; return 0; }
+        ((SECONDS < deadline)) || return 0
+        sleep 0.5
+        state=$(hpcjobs_field "$(timeout 10 scontrol show job "$job" 2>/dev/null)" JobState)
     done
 }
 
@@ -1006,10 +1037,17 @@ hpcjobs_after_standby_release() {
         exit 0
     fi
     info=$(timeout 20 scontrol show job "$pred" 2>/dev/null)
+    state=$(hpcjobs_field "$info" JobState)
     end=$(hpcjobs_field "$info" EndTime)
     nodes=$(hpcjobs_field "$info" NodeList)
     batch=$(hpcjobs_field "$info" BatchHost)
-    state=$(hpcjobs_final_state "$pred" "$(hpcjobs_field "$info" JobState)")
+    if [[ -z $state ]]; then
+        # The controller has forgotten it (MinJobAge): accounting knows how and where it ran.
+        IFS='|' read -r state end nodes < <(timeout 20 sacct -n -X -P -j "$pred" \
+            -o State,End,NodeList 2>/dev/null | tail -n 1)
+        state=${state%% *}
+    fi
+    state=$(hpcjobs_final_state "$pred" "$state")
     case $state in
         NODE_FAIL | BOOT_FAIL) cause=node_failure ;;
         PREEMPTED) cause=preemption ;;
