@@ -286,8 +286,10 @@ def test_hung_rank_is_a_stall_and_its_node_is_excluded(cluster: Cluster) -> None
 
 
 def test_slow_job_that_progresses_never_stalls(cluster: Cluster) -> None:
+    # Steps slow down 20-fold to 2 s; the stall timeout leaves 6 s on top of that for a loaded
+    # 2-core machine (at 3 s, a CI run once saw a 3 s gap between two reports and a stall).
     job = cluster.submit(
-        "fault-slow", *TWO_NODES, "--stall-timeout", "3", steps=16, extra=(
+        "fault-slow", *TWO_NODES, "--stall-timeout", "8", steps=16, extra=(
             "--step-time", "0.1", "--fault-at", "10", "--step-time-after", "2",
         ),
     )  # fmt: skip
