@@ -99,10 +99,6 @@ def cancel(
 #: standby that script submitted while the cancel ran (the standby also refuses to run after a
 #: cancelled job; this keeps it from even being scheduled).
 LATE_STANDBY_WAIT_S = 10.0
-#: The states of a job whose script may still run (COMPLETING: its signal trap is running).
-_STILL_GOING = frozenset(
-    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "SIGNALING", "STAGE_OUT"}
-)
 
 
 def _late_standbys(
@@ -116,14 +112,16 @@ def _late_standbys(
     submitted while the cancel ran: once each job's script has ended (or after
     LATE_STANDBY_WAIT_S), read its chain again."""
     from hpcjobs.jobs.chain import load_chain
+    from hpcjobs.slurm.states import is_terminal
 
     if not running:
         return []
     currents = [ref.current for ref in running]
     deadline = time.monotonic() + LATE_STANDBY_WAIT_S
     while time.monotonic() < deadline:
-        # squeue keeps listing an ended job for a while (MinJobAge): wait for the end only.
-        if not any(row.state in _STILL_GOING for row in client.queue(currents)):
+        # squeue keeps listing an ended job for a while (MinJobAge): wait for the end only
+        # (a COMPLETING job's script may still be in its signal trap).
+        if all(is_terminal(row.state) for row in client.queue(currents)):
             break
         time.sleep(0.5)
     late: list[str] = []
