@@ -10,8 +10,9 @@ creates it with mode 0700. Each rank writes two files there, both mode 0600:
     Slurm node the rank runs on (``$SLURMD_NODENAME``, else the short host name). Replaced
     atomically (written to a temporary file in the same folder, then renamed over it), so a
     reader never sees half. The batch script's stall watch reads it once a second: a rank
-    whose step has not changed for the stall timeout stops the run, and ``<node>`` is the
-    suspect (docs/requeue.md, "Stalls").
+    whose step has not changed for the stall timeout stops the run, and its node is the
+    suspect (docs/requeue.md, "Stalls"). ``<node>`` may be left out: the batch script knows
+    where it started each rank.
 ``rank-<RANK>.log``
     Append-only, one line per report, each written with a single ``write(2)``:
 

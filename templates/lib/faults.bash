@@ -8,7 +8,8 @@
 #     infrastructure signature (NCCL/IB, the PyTorch watchdog, CUDA/Xid), or that was killed by
 #     SIGBUS/SIGKILL, is cause 'infrastructure', and that task's node is the suspect;
 #   * stall detection: a rank whose progress report ($HPCJOBS_PROGRESS_DIR/rank-<RANK>) has not
-#     advanced for HPCJOBS_STALL_TIMEOUT s ends the run as cause 'stall';
+#     advanced for HPCJOBS_STALL_TIMEOUT s ends the run as cause 'stall'; its node is the
+#     suspect (from the report, else from where the rank was started);
 #   * exclusions: suspects and failed nodes are left out of every later run (bounded).
 # Inputs: HPCJOBS_STANDBY (1: keep a standby; 0 for --no-requeue), HPCJOBS_STALL_TIMEOUT (s,
 #         0 = off), HPCJOBS_STALL_GRACE (s), HPCJOBS_MAX_EXCLUDED,
@@ -579,6 +580,12 @@ hpcjobs_stall_watch() {
             done
             idle=$((now - seen[$oldest]))
             node=${node_of[$oldest]:-}
+            # A report without its node: the rank's output copy names where hpcjobs started it.
+            if [[ -z $node && -n ${HPCJOBS_CAPTURE_DIR:-} ]]; then
+                for f in "$HPCJOBS_CAPTURE_DIR"/*.rank-"$oldest"; do
+                    [[ -e $f ]] && { node=${f##*/}; node=${node%.rank-"$oldest"}; }
+                done
+            fi
             ((tied)) && node=""
             (umask 077 && printf '%s\t%s\t%s\t%s\t%s\n' "${node:--}" "$oldest" \
                 "${step_of[$oldest]}" "$idle" "$tied" >"$(hpcjobs_stall_file)")

@@ -126,7 +126,13 @@ hpcjobs_check_checkpoint_dir() {
     fi
     [[ -n ${HPCJOBS_RUN_FINGERPRINT:-} && -n ${HPCJOBS_RUN_FILE:-} ]] || return 0
     if [[ -f $HPCJOBS_RUN_FILE ]]; then
-        owner=$(sed -n 's/.*"fingerprint": *"\([0-9a-f]*\)".*/\1/p' "$HPCJOBS_RUN_FILE" 2>/dev/null)
+        # Builtins only: a cancel's SIGTERM reaches every process of the job, and a reader
+        # killed by it would make the folder look owned by another run.
+        local line pattern='"fingerprint": *"([0-9a-f]*)"'
+        owner=""
+        while IFS= read -r line || [[ -n $line ]]; do
+            [[ $line =~ $pattern ]] && owner=${BASH_REMATCH[1]}
+        done 2>/dev/null <"$HPCJOBS_RUN_FILE"
         if [[ $owner != "$HPCJOBS_RUN_FINGERPRINT" ]]; then
             hpcjobs_event end fail "checkpoint folder owned by another run: $HPCJOBS_RUN_FILE names run ${owner:-?}, this job is run $HPCJOBS_RUN_FINGERPRINT"
             hpcjobs_log "the checkpoint folder now belongs to another run ($HPCJOBS_RUN_FILE); the command was not started"

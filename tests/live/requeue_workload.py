@@ -26,7 +26,9 @@ Faults of one rank (``--fault-rank R``, default 1), in the first run only, after
 - ``--fault hang``: the rank stops making progress and ignores the warning signal.
 
 Every rank reports its progress (``hpcjobs.runtime.progress``); ``--step-time-after`` slows
-every step after ``--fault-at`` instead (a slow job that still progresses).
+every step after ``--fault-at`` instead (a slow job that still progresses). With
+``--step-only`` the ranks other than 0 write only their step, no node and no log, as a shell
+program may.
 
 Run it directly for a reference result::
 
@@ -70,6 +72,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fault-rank", type=int, default=1)
     parser.add_argument("--fault-text", default="")
     parser.add_argument("--step-time-after", type=float, default=None)
+    parser.add_argument(
+        "--step-only",
+        action="store_true",
+        help="ranks other than 0 report their step without their node, as a shell program may",
+    )
     return parser.parse_args(argv)
 
 
@@ -121,6 +128,13 @@ def inject(args: argparse.Namespace, rank: int, step: int) -> None:
         time.sleep(1)
 
 
+def report_step_only(folder: Path, rank: int, step: int) -> None:
+    """The progress contract's minimum (hpcjobs.runtime.progress): the step, no node."""
+    tmp = folder / f".rank-{rank}.tmp"
+    tmp.write_text(f"{step}\n")
+    os.replace(tmp, folder / f"rank-{rank}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     stop = StopFlag.install()
@@ -147,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(pause_for(args, step))
         if rank == 0:
             ckpt.note_progress(step)
+        elif others is not None and args.step_only:
+            report_step_only(others.folder, rank, step)
         elif others is not None:
             others.step(step)
         inject(args, rank, step)

@@ -27,6 +27,15 @@ def _queue(cluster: Cluster, name: str) -> list[str]:
     return cluster.slurm("squeue", "-h", "-n", name, "-o", "%i", check=False).split()
 
 
+def _explain(cluster: Cluster, name: str, chain_file: Path) -> None:
+    """Print what is left in the queue and what the chain logged (shown when a test fails)."""
+    listing = cluster.slurm("squeue", "-h", "-n", name, "-o", "%i %T %r %E %S %N", check=False)
+    print(f"queue for {name}:\n{listing}")
+    print(f"event log {chain_file}:\n{chain_file.read_text() if chain_file.exists() else '-'}")
+    for job in _queue(cluster, name):
+        print(cluster.slurm("scontrol", "show", "job", job, check=False))
+
+
 @pytest.mark.parametrize("how", ["hpcjobs cancel", "scancel"])
 def test_a_cancelled_job_never_runs_again(cluster: Cluster, how: str) -> None:
     env = {**os.environ, **cluster.env}
@@ -50,7 +59,11 @@ def test_a_cancelled_job_never_runs_again(cluster: Cluster, how: str) -> None:
                 [HPCJOBS, "cancel", root], env=env, capture_output=True, text=True, timeout=120
             )
             assert done.returncode == 0, done.stderr
-        wait_for(f"chain {root} to leave the queue", lambda n=name: not _queue(cluster, n), 60)
+        try:
+            wait_for(f"chain {root} to leave the queue", lambda n=name: not _queue(cluster, n), 60)
+        except BaseException:
+            _explain(cluster, name, out / f"chain-{root}.tsv")
+            raise
         time.sleep(SETTLE_S)
         chain_file = out / f"chain-{root}.tsv"
         chain = read_chain(chain_file) if chain_file.exists() else None

@@ -285,6 +285,30 @@ def test_hung_rank_is_a_stall_and_its_node_is_excluded(cluster: Cluster) -> None
     finished(job, chain)
 
 
+def test_hung_rank_that_reports_only_its_step_is_blamed_on_its_node(cluster: Cluster) -> None:
+    """The progress contract makes the node optional: hpcjobs started the rank, so it knows
+    where the rank runs, and the next run must not use that node again."""
+    timeout = 8
+    job = cluster.submit(
+        "fault-stall-step", *TWO_NODES, "--stall-timeout", str(timeout), steps=400,
+        extra=("--fault", "hang", "--fault-at", "20", "--step-only"),
+    )  # fmt: skip
+    stop, start = resumed(job, timeout=120)
+    hung_at = last_report(job, 0, 20)  # rank 1 keeps no log; rank 0 was there at that time
+    nodes = run_nodes(cluster, start)
+    job.cluster.jobs.append(start.job_id)
+    chain = job.ended(timeout=180)
+
+    assert stop.cause == "stall", job.chain_file.read_text()
+    first = run_nodes(cluster, events(chain, "start")[0])
+    assert stop.suspect == first[1] and stop.excluded == [first[1]], job.chain_file.read_text()
+    assert stop.evidence is not None and stop.evidence.startswith("rank 1 at step 20 for ")
+    assert first[1] not in nodes
+    took = start.time - hung_at
+    assert took <= timeout + SANITY_S, (took, job.chain_file.read_text())
+    finished(job, chain)
+
+
 def test_slow_job_that_progresses_never_stalls(cluster: Cluster) -> None:
     # Steps slow down 20-fold to 2 s; the stall timeout leaves 6 s on top of that for a loaded
     # 2-core machine (at 3 s, a CI run once saw a 3 s gap between two reports and a stall).

@@ -322,7 +322,13 @@ hpcjobs_check_checkpoint_dir() {
     fi
     [[ -n ${HPCJOBS_RUN_FINGERPRINT:-} && -n ${HPCJOBS_RUN_FILE:-} ]] || return 0
     if [[ -f $HPCJOBS_RUN_FILE ]]; then
-        owner=$(sed -n 's/.*"fingerprint": *"\([0-9a-f]*\)".*/\1/p' "$HPCJOBS_RUN_FILE" 2>/dev/null)
+        # Builtins only: a cancel's SIGTERM reaches every process of the job, and a reader
+        # killed by it would make the folder look owned by another run.
+        local line pattern='"fingerprint": *"([0-9a-f]*)"'
+        owner=""
+        while IFS= read -r line || [[ -n $line ]]; do
+            [[ $line =~ $pattern ]] && owner=${BASH_REMATCH[1]}
+        done 2>/dev/null <"$HPCJOBS_RUN_FILE"
         if [[ $owner != "$HPCJOBS_RUN_FINGERPRINT" ]]; then
             hpcjobs_event end fail "checkpoint folder owned by another run: $HPCJOBS_RUN_FILE names run ${owner:-?}, this job is run $HPCJOBS_RUN_FINGERPRINT"
             hpcjobs_log "the checkpoint folder now belongs to another run ($HPCJOBS_RUN_FILE); the command was not started"
@@ -727,7 +733,8 @@ hpcjobs_no_requeue_after() {
 #     infrastructure signature (NCCL/IB, the PyTorch watchdog, CUDA/Xid), or that was killed by
 #     SIGBUS/SIGKILL, is cause 'infrastructure', and that task's node is the suspect;
 #   * stall detection: a rank whose progress report ($HPCJOBS_PROGRESS_DIR/rank-<RANK>) has not
-#     advanced for HPCJOBS_STALL_TIMEOUT s ends the run as cause 'stall';
+#     advanced for HPCJOBS_STALL_TIMEOUT s ends the run as cause 'stall'; its node is the
+#     suspect (from the report, else from where the rank was started);
 #   * exclusions: suspects and failed nodes are left out of every later run (bounded).
 # Inputs: HPCJOBS_STANDBY (1: keep a standby; 0 for --no-requeue), HPCJOBS_STALL_TIMEOUT (s,
 #         0 = off), HPCJOBS_STALL_GRACE (s), HPCJOBS_MAX_EXCLUDED,
@@ -1298,6 +1305,12 @@ hpcjobs_stall_watch() {
             done
             idle=$((now - seen[$oldest]))
             node=${node_of[$oldest]:-}
+            # A report without its node: the rank's output copy names where hpcjobs started it.
+            if [[ -z $node && -n ${HPCJOBS_CAPTURE_DIR:-} ]]; then
+                for f in "$HPCJOBS_CAPTURE_DIR"/*.rank-"$oldest"; do
+                    [[ -e $f ]] && { node=${f##*/}; node=${node%.rank-"$oldest"}; }
+                done
+            fi
             ((tied)) && node=""
             (umask 077 && printf '%s\t%s\t%s\t%s\t%s\n' "${node:--}" "$oldest" \
                 "${step_of[$oldest]}" "$idle" "$tied" >"$(hpcjobs_stall_file)")
