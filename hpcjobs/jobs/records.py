@@ -65,6 +65,8 @@ class FileStore(Protocol):
 
     def write_text(self, path: str, text: str, mode: int = PRIVATE) -> None: ...
 
+    def write_bytes(self, path: str, data: bytes, mode: int = PRIVATE) -> None: ...
+
 
 class LocalFiles:
     """:class:`FileStore` on this machine: 0700 folders, atomic 0600 files."""
@@ -74,6 +76,9 @@ class LocalFiles:
 
     def write_text(self, path: str, text: str, mode: int = PRIVATE) -> None:
         write_atomic(Path(path), text)
+
+    def write_bytes(self, path: str, data: bytes, mode: int = PRIVATE) -> None:
+        write_atomic(Path(path), data)
 
 
 def record_text(record: Mapping[str, Any]) -> str:

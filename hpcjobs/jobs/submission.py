@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from hpcjobs import __version__
 from hpcjobs.errors import BadInputError, HpcJobsError, SlurmError
 from hpcjobs.jobs.records import FileStore, LocalFiles, record_text, remember
+from hpcjobs.jobs.supervisorapp import write_supervisor
 from hpcjobs.safetext import require_safe
 from hpcjobs.slurm.arrays import ArrayChunk, parse_array, split_array
 from hpcjobs.slurm.client import DEFAULT_MAX_ARRAY_SIZE, SlurmClient, sbatch_argv
@@ -64,6 +65,9 @@ class RenderedJobLike(Protocol):
 
     @property
     def output_dir(self) -> Path: ...
+
+    @property
+    def supervisor(self) -> Path | None: ...
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,8 @@ def submit_rendered(
     folder = _submission_dir(store, Path(rendered.output_dir), created, token)
     script_path = folder / "job.sh"
     store.write_text(str(script_path), rendered.script)
+    if rendered.supervisor is not None:
+        write_supervisor(rendered.supervisor, store)  # the script runs it from there
     scripts = _chunk_scripts(store, folder, rendered.script, plan)
     record_path = folder / "record.json"
     record: dict[str, Any] = {

@@ -231,6 +231,10 @@ class SshRunner:
         """Write ``text`` (UTF-8) to a remote file created with ``mode``; see :meth:`upload`."""
         self.upload(text.encode("utf-8"), remote_path, mode)
 
+    def write_bytes(self, remote_path: RemotePath, data: bytes, mode: int = PRIVATE) -> None:
+        """Write ``data`` to a remote file created with ``mode``; see :meth:`upload`."""
+        self.upload(data, remote_path, mode)
+
     def upload(
         self, local_or_text: Path | str | bytes, remote_path: RemotePath, mode: int = PRIVATE
     ) -> None:

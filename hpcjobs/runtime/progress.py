@@ -1,35 +1,35 @@
 """Per-rank progress reports: the files a training program writes under ``$HPCJOBS_PROGRESS_DIR``.
 
-This module is the one definition of the contract; ``hpcjobs report`` reads it and later fault
-detection will too. The batch script sets ``HPCJOBS_PROGRESS_DIR`` to
-``<output dir>/progress-<chain root>/`` (next to the chain's event log ``chain-<root>.tsv``) and
-creates it with mode 0700. Each rank writes two files there, both mode 0600:
+This module is the one definition of what a rank writes. The job's supervisor sets
+``HPCJOBS_PROGRESS_DIR`` to a folder on node-local storage, ``$TMPDIR/hpcjobs-<job>/<node>``
+(mode 0700): these writes never reach the shared file system. Each rank writes two files there,
+both mode 0600:
 
 ``rank-<RANK>``
-    The newest step this rank finished: one line ``<step> [<node>]``, ``<node>`` being the
-    Slurm node the rank runs on (``$SLURMD_NODENAME``, else the short host name). Replaced
-    atomically (written to a temporary file in the same folder, then renamed over it), so a
-    reader never sees half. The batch script's stall watch reads it once a second: a rank
-    whose step has not changed for the stall timeout stops the run, and its node is the
-    suspect (docs/requeue.md, "Stalls"). ``<node>`` may be left out: the batch script knows
-    where it started each rank.
+    The newest step this rank finished: one line ``<step> [<node>]`` (``<node>`` may be left
+    out: the node's agent knows where it runs). Replaced atomically (written to a temporary file
+    in the same folder, then renamed over it), so a reader never sees half.
 ``rank-<RANK>.log``
-    Append-only, one line per report, each written with a single ``write(2)``:
+    Optional, append-only, one line per report, each written with a single ``write(2)``:
 
     - ``<unix time> <step> [<host>]``: the rank finished ``<step>`` at ``<unix time>`` (seconds,
       a decimal fraction allowed), on ``<host>`` (optional);
     - ``<unix time> save <seconds>``: a checkpoint that took ``<seconds>`` ended at that time.
 
     Bounded: once it exceeds :data:`LOG_LIMIT` bytes the writer rewrites it atomically keeping
-    every other report line (the first and the last are always kept), so a long run keeps its
-    whole time span at a coarser resolution. Readers skip lines they cannot parse.
+    every other report line (the first and the last are always kept). Readers skip lines they
+    cannot parse.
+
+The node agent (:mod:`hpcjobs.runtime.supervisor.agent`) reads both every few seconds and keeps,
+in the chain's progress folder ``<output dir>/progress-<root>/``, a summary per node (the stall
+watch's input, docs/requeue.md, "Stalls") and a history per node in the rank log's format with
+the rank in front, which ``hpcjobs report`` reads. Chains started by an earlier hpcjobs have
+each rank's ``rank-<RANK>.log`` there instead; ``hpcjobs report`` reads those too.
 
 ``RANK`` is the global rank (``$RANK``, else ``$SLURM_PROCID``, else 0). From a shell::
 
-    node=${SLURMD_NODENAME:-$(hostname -s)}
-    echo "$step $node" > "$HPCJOBS_PROGRESS_DIR/.rank-$RANK.tmp" &&
+    echo "$step" > "$HPCJOBS_PROGRESS_DIR/.rank-$RANK.tmp" &&
         mv -f "$HPCJOBS_PROGRESS_DIR/.rank-$RANK.tmp" "$HPCJOBS_PROGRESS_DIR/rank-$RANK"
-    echo "$(date +%s.%N) $step $node" >> "$HPCJOBS_PROGRESS_DIR/rank-$RANK.log"
 
 :meth:`hpcjobs.runtime.checkpoint.CheckpointDir.note_progress` and ``CheckpointDir.save`` do
 this for Python programs whenever ``HPCJOBS_PROGRESS_DIR`` is set.
@@ -55,7 +55,8 @@ _RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
 
 
 def progress_dir(output_dir: str, root: str) -> str:
-    """A chain's progress folder, next to its event log (the batch script's choice)."""
+    """A chain's progress folder on the shared file system, next to its event log, where the
+    node agents write (the supervisor's choice)."""
     return f"{output_dir.rstrip('/')}/progress-{root}"
 
 

@@ -23,6 +23,7 @@ from hpcjobs.jobs.runfolder import (
     fingerprint,
     run_identity,
 )
+from hpcjobs.jobs.supervisorapp import supervisor_path
 from hpcjobs.runtime.checkpoint import ENV_GPU_INTERVAL, ENV_GPU_QUERY, GPU_QUERY
 from hpcjobs.runtime.distributed import PORT_BASE, PORT_SPAN
 from hpcjobs.script.binding import BindingPlan, plan_binding
@@ -66,6 +67,8 @@ class RenderedJob:
     binding: BindingPlan | None = None
     env: list[EnvVar] = field(default_factory=list)
     identity: dict[str, Any] = field(default_factory=dict)
+    #: Where the script runs its supervisor from (``hpcjobs submit`` writes it there).
+    supervisor: Path | None = None
 
     def sbatch_argv(self, script_path: str | Path, *, parsable: bool = True) -> list[str]:
         """The full command line that submits this job from ``script_path``."""
@@ -137,6 +140,7 @@ def render_job(
         binding=plan,
         env=tuning,
         identity=identity,
+        supervisor=Path(context["supervisor"]),
     )
 
 
@@ -275,6 +279,8 @@ def _context(
         "forward_signals": signals,
         "requeue": job.requeue,
         "faults": _faults(job, site),
+        "policy": _policy(job, site, signals, [a for a in args if not is_first_submission_only(a)]),
+        "supervisor": str(supervisor_path(job.output_dir or ".")),
         "container": container,
         "torchrun": job.torchrun,
         "master_port_expr": Raw(master_port_expr()),
@@ -282,10 +288,32 @@ def _context(
     }
 
 
-def _faults(job: JobSpec, site: SiteConfig) -> dict[str, Any]:
-    """What the fault library in the script needs (templates/lib/faults.bash)."""
-    from hpcjobs.config.signatures import all_patterns
+def _policy(job: JobSpec, site: SiteConfig, signals: list[str], continuation: list[str]) -> str:
+    """The supervisor's policy (:mod:`hpcjobs.runtime.supervisor.policy`) as JSON."""
+    from hpcjobs.runtime.supervisor.policy import Policy, dump
 
+    faults = _faults(job, site)
+    requeue = job.requeue
+    policy = Policy(
+        signal=requeue.signal or "USR2",
+        lead=requeue.lead_time or 300,
+        forward=signals,
+        budgets=dict(requeue.max_requeues),
+        max_total=requeue.max_total,
+        standby=bool(requeue.enabled),
+        stall_timeout=faults["stall_timeout"],
+        stall_grace=faults["stall_grace"],
+        max_excluded=faults["max_excluded_nodes"],
+        health_check=faults["health_check"] or "",
+        health_timeout=faults["health_check_timeout"],
+        patterns=list(faults["patterns"]),
+        sbatch_args=continuation,
+    )
+    return dump(policy)
+
+
+def _faults(job: JobSpec, site: SiteConfig) -> dict[str, Any]:
+    """The fault settings of the job's supervisor (its policy), as the site and the job set them."""
     faults = site.faults
     stall = job.stall_timeout if job.stall_timeout is not None else faults.stall_timeout
     return {
@@ -294,7 +322,7 @@ def _faults(job: JobSpec, site: SiteConfig) -> dict[str, Any]:
         "max_excluded_nodes": faults.max_excluded_nodes,
         "health_check": faults.health_check,
         "health_check_timeout": faults.health_check_timeout,
-        "patterns": all_patterns(faults.signatures),
+        "patterns": list(faults.signatures),
     }
 
 

@@ -37,9 +37,7 @@ BLOCKS: dict[str, str] = {
     "environment": "shell setup: modules, site lines, job and hpcjobs variables",
     "nccl": "NCCL/UCX/Gloo tuning variables, each with its origin",
     "binding": "per-rank CPU/GPU/NIC/NUMA placement and rank variables",
-    "signal": "traps that forward the warning signal and SIGTERM to the launcher",
-    "launch": "rendezvous address and the srun/torchrun/plain command, run in the background",
-    "requeue": "the decision taken after the launcher exits",
+    "launch": "rendezvous address, and the job's supervisor started with the srun/torchrun/plain command",
 }
 
 SUFFIX = ".sh.j2"

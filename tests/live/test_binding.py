@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpcjobs.config.loader import load_site
+from hpcjobs.jobs.supervisorapp import write_supervisor
 from hpcjobs.runner import LocalRunner
 from hpcjobs.script.jobspec import JobSpec, RequeuePolicy
 from hpcjobs.script.render import RenderedJob, render_job
@@ -42,6 +43,8 @@ NASTY_NAME = "bind test $(touch /tmp/hpcjobs-pwned) 'q' \"d\" #1 ü*"
 def submit(rendered: RenderedJob, folder: Path, slurm_env: dict[str, str]) -> str:
     script = folder / "job.sh"
     script.write_text(rendered.script, encoding="utf-8")
+    assert rendered.supervisor is not None
+    write_supervisor(rendered.supervisor)  # what 'hpcjobs submit' does before sbatch
     runner = LocalRunner(env=slurm_env)
     out = runner.run(["sbatch", "--parsable", *rendered.sbatch_args, str(script)]).stdout
     return out.strip().split(";")[0]

@@ -25,7 +25,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from hpcjobs.jobs.chain import Chain, Event, Interruption
-from hpcjobs.runtime.progress import parse_log
+from hpcjobs.report.progress import read_progress
+from hpcjobs.runner import LocalRunner
+from hpcjobs.runtime.progress import Report
 from tests.live.cluster import HPCJOBS, Cluster, Job, reference
 from tests.live.waiting import wait_for
 
@@ -69,13 +71,17 @@ def resumed(job: Job, after: int = 1, timeout: float = 60) -> tuple[Interruption
     return wait_for(f"chain {job.root} to run again", probe, timeout, every=0.1)
 
 
-def last_report(job: Job, rank: int, step: int) -> float:
-    """When ``rank`` reported ``step`` (its progress log)."""
-    (folder,) = job.folder.glob("progress-*")
-    text = (folder / f"rank-{rank}.log").read_text()
-    times = [r.time for r in parse_log(text) if r.step == step]
-    assert times, text
-    return times[-1]
+def hung_since(chain: Chain) -> float:
+    """When the stalled rank made its last step: the stall's ``fault`` event, less the idle
+    time its evidence names ("rank 1 at step 20 for 9 s")."""
+    (fault,) = [e for e in chain.events if e.event == "fault" and e.cause == "stall"]
+    idle = int(fault.detail.split(" for ")[1].split()[0])
+    return fault.time - idle
+
+
+def progress_of(job: Job, rank: int) -> list[Report]:
+    """``rank``'s progress history, as ``hpcjobs report`` reads it (the node agents')."""
+    return read_progress(LocalRunner(), str(job.folder), job.root).get(rank, [])
 
 
 def finished(job: Job, chain: Chain) -> None:
@@ -222,9 +228,10 @@ def test_nccl_error_is_infrastructure_and_its_node_is_excluded(cluster: Cluster)
         extra=("--fault", "crash", "--fault-at", "25", "--fault-text", NCCL_IB_ERROR),
     )  # fmt: skip
     stop, start = resumed(job, timeout=90)
-    crashed_at = last_report(job, 1, 25)
     nodes = run_nodes(cluster, start)
     chain = job.ended()
+    (fault,) = events(chain, "fault")
+    crashed_at = fault.time  # logged as the step ended, just after the crash
 
     assert stop.cause == "infrastructure", job.chain_file.read_text()
     first = run_nodes(cluster, events(chain, "start")[0])
@@ -267,7 +274,8 @@ def test_hung_rank_is_a_stall_and_its_node_is_excluded(cluster: Cluster) -> None
         extra=("--fault", "hang", "--fault-at", "20"),
     )  # fmt: skip
     stop, start = resumed(job, timeout=120)
-    hung_at = last_report(job, 1, 20)
+    hung_at = hung_since(job.chain)
+    assert 20 in [r.step for r in progress_of(job, 1)]  # the node agent kept its last step
     nodes = run_nodes(cluster, start)
     job.cluster.jobs.append(start.job_id)
     chain = job.ended(timeout=180)
@@ -294,7 +302,7 @@ def test_hung_rank_that_reports_only_its_step_is_blamed_on_its_node(cluster: Clu
         extra=("--fault", "hang", "--fault-at", "20", "--step-only"),
     )  # fmt: skip
     stop, start = resumed(job, timeout=120)
-    hung_at = last_report(job, 0, 20)  # rank 1 keeps no log; rank 0 was there at that time
+    hung_at = hung_since(job.chain)
     nodes = run_nodes(cluster, start)
     job.cluster.jobs.append(start.job_id)
     chain = job.ended(timeout=180)

@@ -1,8 +1,8 @@
-"""The requeue decision restated in Python, as the reference the bash library is tested against.
+"""The requeue decision restated, as the reference the job's supervisor is tested against.
 
-What runs is ``templates/lib/requeue.bash``, which every batch script carries (it must run where
-hpcjobs is not installed). This module states the same policy, cause classification included,
-in Python, and tests/unit/test_requeue.py checks both against one table.
+What runs is the job's supervisor (:mod:`hpcjobs.runtime.supervisor`, standard library only: it
+runs where hpcjobs is not installed). This module states the same policy, cause classification
+included, on its own, and tests/unit/test_requeue.py checks both against one table.
 
 Contract with the application: it receives the warning signal, checkpoints and exits with any
 exit code. hpcjobs decides from the *cause* (preemption, timeout, node failure) and the budget,

@@ -25,6 +25,7 @@ from hpcjobs.submitit.jobs import HpcJob, newest_result
 from hpcjobs.submitit.params import PARAMETERS, UnknownParameterError
 from hpcjobs.submitit.pickles import write_pickle
 from tests.fakes import FakeRunner, client_for, ok
+from tests.unit.test_requeue import script_policy
 
 PYTHON = "/opt/venv/bin/python"
 
@@ -152,14 +153,14 @@ def test_submitit_names_and_sbatch_options(site: SiteConfig, tmp_path: Path) -> 
         "--requeue",
     ):
         assert wanted in args
-    assert "HPCJOBS_MAX_REQUEUE_PREEMPTION=2" in rendered.script
-    assert "HPCJOBS_MAX_REQUEUES=5" in rendered.script
+    policy = script_policy(rendered.script)
+    assert policy.budgets["preemption"] == 2 and policy.max_total == 5
     assert "export OMP_NUM_THREADS=1" in rendered.script
     assert "NCCL_DEBUG=INFO" in rendered.script
     ex.update_parameters(mem_gb=16, requeue=False, max_requeues=3)
     rendered = ex.render()
     assert "--mem=16G" in rendered.sbatch_args and "--no-requeue" in rendered.sbatch_args
-    assert "HPCJOBS_MAX_REQUEUES=3" in rendered.script
+    assert script_policy(rendered.script).max_total == 3
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,11 @@
-"""The fault library every batch script carries (templates/lib/faults.bash), with stand-ins for
-Slurm's commands, and the infrastructure signatures it searches for."""
+"""The job's supervisor on faults without a warning (crashes, exclusions, stalls, standbys), with
+stand-ins for Slurm's commands, and the infrastructure signatures it searches for."""
 
 from __future__ import annotations
 
-import shlex
+import os
+import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +15,8 @@ import pytest
 from hpcjobs.config.models import Faults
 from hpcjobs.config.signatures import DEFAULT_SIGNATURES, all_patterns, check_ere
 from hpcjobs.jobs.chain import parse_chain
-from tests.unit.test_requeue import _bash, _library_env
+from hpcjobs.runtime.supervisor.supervise import Supervisor
+from tests.unit.test_requeue import SCRIPT, _begin, _calls, _job_env, _policy, _supervisor
 
 # ---- the signatures: real lines from NCCL, PyTorch, CUDA and the driver ------------------------
 
@@ -96,33 +99,30 @@ def test_site_signatures_come_after_the_defaults() -> None:
 
 # ---- classifying a crash: the first failing task, its node's copies of output ------------------
 
+#: The job's stderr before this run began: another run's failure there is not this run's.
+EARLIER = "earlier run\nsrun: error: n9: task 0: Exited with exit code 9\n"
 
-def _crash_env(tmp_path: Path, stderr: str, captures: dict[str, str]) -> dict[str, str]:
-    env = _library_env(tmp_path, HPCJOBS_CHAIN_ROOT="300")
+
+def _crash(
+    tmp_path: Path, stderr: str, captures: dict[str, str], site: tuple[str, ...] = ()
+) -> tuple[str, str, str]:
+    """(cause, suspect, evidence) of a run whose part of the job's stderr is ``stderr``, with
+    ``captures`` (file name: text) in its rank output copies; ``site``: the site's own
+    signatures (the policy's; the supervisor searches hpcjobs' defaults first)."""
+    env = _job_env(tmp_path, HPCJOBS_CHAIN_ROOT="300")
     err = tmp_path / "job.err"
-    err.write_text("earlier run\nsrun: error: n9: task 0: Exited with exit code 9\n" + stderr)
-    env["ERR_FILE"] = str(err)
-    env["ERR_OFFSET"] = str(len("earlier run\nsrun: error: n9: task 0: Exited with exit code 9\n"))
+    err.write_text(EARLIER + stderr)
     capture = Path(env["HPCJOBS_RUN_DIR"]) / "capture-300"
     capture.mkdir(parents=True)
     for name, text in captures.items():
         (capture / name).write_text(text)
-    return env
-
-
-def _crash(env: dict[str, str]) -> list[str]:
-    patterns = " ".join(shlex.quote(p) for p in all_patterns())
-    script = (
-        f"HPCJOBS_INFRA_PATTERNS=({patterns})\n"
-        "hpcjobs_err_file=$ERR_FILE hpcjobs_err_offset=$ERR_OFFSET\nhpcjobs_crash\n"
-    )
-    proc = _bash(script, env)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.rstrip("\n").split("\t")
+    sup = _supervisor(env, patterns=list(site))
+    sup.err_file, sup.err_offset, sup.capture_dir = str(err), len(EARLIER), str(capture)
+    return sup.crash()
 
 
 def test_signature_in_the_failing_ranks_output_is_infrastructure(tmp_path: Path) -> None:
-    env = _crash_env(
+    cause, suspect, evidence = _crash(
         tmp_path,
         "srun: error: n2: task 1: Exited with exit code 1\nsrun: error: n1: task 0: Terminated\n",
         {
@@ -130,7 +130,6 @@ def test_signature_in_the_failing_ranks_output_is_infrastructure(tmp_path: Path)
             "n1.rank-0": "step 20\n",
         },
     )
-    cause, suspect, evidence = _crash(env)
     assert (cause, suspect) == ("infrastructure", "n2")
     assert "NET/IB : Got completion from peer" in evidence
 
@@ -141,14 +140,14 @@ def test_a_signature_wins_inside_a_traceback(tmp_path: Path) -> None:
         + INFRASTRUCTURE["nccl-system-error"]
         + "\n"
     )
-    env = _crash_env(
+    got = _crash(
         tmp_path, "srun: error: n3: task 5: Exited with exit code 1\n", {"n3.rank-5": trace}
     )
-    assert _crash(env)[:2] == ["infrastructure", "n3"]
+    assert got[:2] == ("infrastructure", "n3")
 
 
 def test_plain_exception_is_application_and_blames_nobody(tmp_path: Path) -> None:
-    env = _crash_env(
+    cause, suspect, evidence = _crash(
         tmp_path,
         "srun: error: n2: task 1: Exited with exit code 1\n",
         {
@@ -157,8 +156,7 @@ def test_plain_exception_is_application_and_blames_nobody(tmp_path: Path) -> Non
             "n1.rank-0": INFRASTRUCTURE["nccl-remote-error"] + "\n",
         },
     )
-    cause, suspect, evidence = _crash(env)
-    assert (cause, suspect) == ("application", "-")
+    assert (cause, suspect) == ("application", "")
     assert evidence == "srun: n2: task 1: Exited with exit code 1"
 
 
@@ -171,22 +169,51 @@ def test_plain_exception_is_application_and_blames_nobody(tmp_path: Path) -> Non
     ],
 )
 def test_signals_from_outside(tmp_path: Path, what: str, cause: str) -> None:
-    env = _crash_env(tmp_path, f"srun: error: n2: task 1: {what}\n", {"n2.rank-1": "ok\n"})
-    assert _crash(env)[0] == cause
+    got = _crash(tmp_path, f"srun: error: n2: task 1: {what}\n", {"n2.rank-1": "ok\n"})
+    assert got[0] == cause
 
 
 def test_no_srun_report_is_application(tmp_path: Path) -> None:
-    env = _crash_env(tmp_path, "python: error\n", {})
-    assert _crash(env) == ["application", "-", "-"]
+    assert _crash(tmp_path, "python: error\n", {}) == ("application", "", "")
+
+
+def test_a_sites_own_signature_counts_too(tmp_path: Path) -> None:
+    line = "mlx5_core 0000:3b:00.0: port 1 link down"
+    stderr = "srun: error: n4: task 2: Exited with exit code 1\n"
+    assert _crash(tmp_path, stderr, {"n4.rank-2": line + "\n"})[0] == "application"
+    (tmp_path / "site").mkdir()
+    got = _crash(tmp_path / "site", stderr, {"n4.rank-2": line + "\n"}, ("mlx5_core .* link down",))
+    assert got == ("infrastructure", "n4", line)
+
+
+def _capture_function() -> tuple[str, str]:
+    """(name, text) of the shell function that copies a rank's output (tee), as a rendered
+    script defines it (plain bash, run in each rank)."""
+    from hpcjobs.config.loader import load_site
+    from hpcjobs.script.jobspec import parse_spec
+    from hpcjobs.script.render import render_job
+
+    script = render_job(parse_spec({"command": ["true"]}), load_site("sandbox")).script
+    (found,) = re.findall(r"(?ms)^(hpcjobs_\w+)\(\) \{\n(?:(?!^\}$).)*?tee -a.*?^\}$", script)
+    start = script.index(f"{found}() {{")
+    return found, script[start : script.index("\n}\n", start) + 3]
 
 
 def test_a_rank_copies_its_output_unchanged(tmp_path: Path) -> None:
-    env = _library_env(tmp_path, HPCJOBS_CAPTURE_DIR=str(tmp_path), SLURMD_NODENAME="n7", RANK="3")
+    env = {
+        "PATH": os.environ["PATH"],
+        "HPCJOBS_CAPTURE_DIR": str(tmp_path),
+        "SLURMD_NODENAME": "n7",
+        "RANK": "3",
+    }
+    name, function = _capture_function()
     script = (
-        "( hpcjobs_capture_output; echo out-line; echo err-line >&2; printf 'no newline' )\n"
+        function + f"( {name}; echo out-line; echo err-line >&2; printf 'no newline' )\n"
         'sleep 0.3; cat "$HPCJOBS_CAPTURE_DIR/n7.rank-3"\n'
     )
-    proc = _bash(script, env)
+    proc = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 0, proc.stderr
     assert "out-line" in proc.stdout and "err-line" in proc.stderr
     copy = (tmp_path / "n7.rank-3").read_text()
@@ -198,24 +225,23 @@ def test_a_rank_copies_its_output_unchanged(tmp_path: Path) -> None:
 # ---- exclusions -------------------------------------------------------------------------------
 
 
-def _exclude(tmp_path: Path, *batches: str, total: str, mx: str = "8") -> list[str]:
-    env = _library_env(
+def _exclude(tmp_path: Path, *batches: str, total: str, mx: int = 8) -> list[str]:
+    env = _job_env(
         tmp_path,
         HPCJOBS_CHAIN_ROOT="300",
         SLURM_JOB_PARTITION="batch",
         SLURM_JOB_NUM_NODES="2",
-        HPCJOBS_MAX_EXCLUDED=mx,
     )
     stub = Path(env["PATH"].split(":")[0]) / "scontrol"
     stub.write_text(f"#!/bin/bash\necho 'PartitionName=batch TotalNodes={total} State=UP'\n")
-    calls = "\n".join(f"hpcjobs_exclude node_failure {b}" for b in batches)
-    proc = _bash(calls + "\nhpcjobs_excluded", env)
-    assert proc.returncode == 0, proc.stderr
-    return [line for line in proc.stdout.splitlines() if line]
+    sup = _supervisor(env, max_excluded=mx)
+    for batch in batches:
+        sup.exclude("node_failure", batch.split())
+    return sup.events.excluded()
 
 
 def test_exclusions_accumulate(tmp_path: Path) -> None:
-    assert _exclude(tmp_path, "n2", "n5 n6", "n2", total="16") == ["n5,n6,n2"]
+    assert _exclude(tmp_path, "n2", "n5 n6", "n2", total="16") == ["n5", "n6", "n2"]
 
 
 def test_exclusions_never_leave_too_few_nodes(tmp_path: Path) -> None:
@@ -226,66 +252,105 @@ def test_exclusions_never_leave_too_few_nodes(tmp_path: Path) -> None:
 
 
 def test_exclusions_are_bounded_by_the_site(tmp_path: Path) -> None:
-    assert _exclude(tmp_path, "n1 n2 n3", total="64", mx="2") == ["n2,n3"]
+    assert _exclude(tmp_path, "n1 n2 n3", total="64", mx=2) == ["n2", "n3"]
 
 
 # ---- stalls -----------------------------------------------------------------------------------
 
+#: Writes a node agent's summary (hpcjobs.runtime.supervisor.agent), as the agent does:
+#: ``summary NODE RANK STEP`` replaces ``$P/node-NODE`` with one rank at STEP since now.
+SUMMARY = (
+    'summary() { printf "%s %s 300\\n%s %s 0\\n" "$(date +%s.%N)" "$1" "$2" "$3" '
+    '>"$P/node-$1.tmp" && mv -f "$P/node-$1.tmp" "$P/node-$1"; }\n'
+)
 
-def _stall(tmp_path: Path, writers: str, earlier: dict[str, str] | None = None) -> str:
-    """Run the stall watcher (timeout 2 s, no grace) over a child that runs ``writers``;
-    ``earlier`` holds progress files left by an earlier run."""
-    env = _library_env(
-        tmp_path,
-        HPCJOBS_CHAIN_ROOT="300",
-        HPCJOBS_STALL_TIMEOUT="2",
-        HPCJOBS_STALL_GRACE="0",
-        HPCJOBS_SIGNAL="USR2",
-    )
-    progress = tmp_path / "progress"
+
+def _summary(node: str, ranks: dict[int, int], job: str = "300", age: float = 0.0) -> str:
+    """A node summary, written ``age`` s ago, of ``ranks`` (rank: step) at their step since."""
+    lines = [f"{time.time() - age:.3f} {node} {job}"] + [f"{r} {s} 0" for r, s in ranks.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _stall(
+    tmp_path: Path, launch: list[str], *, grace: int = 0, summaries: dict[str, str] | None = None
+) -> tuple[Supervisor, int]:
+    """Run ``launch`` as the run's step under the stall watch (timeout 2 s, the warning signal
+    SIGUSR2, ``grace`` s to checkpoint); ``summaries`` are node summaries already there. The
+    step's environment has the progress folder in $P."""
+    env = _job_env(tmp_path, HPCJOBS_CHAIN_ROOT="300")
+    progress = tmp_path / "run" / "progress-300"
     progress.mkdir()
-    for name, text in (earlier or {}).items():
+    for name, text in (summaries or {}).items():
         (progress / name).write_text(text)
-    env["HPCJOBS_PROGRESS_DIR"] = str(progress)
-    script = (
-        f'hpcjobs_run_mark="$HPCJOBS_PROGRESS_DIR/.run-300"; : >"$hpcjobs_run_mark"; sleep 1.1\n'
-        f"( trap '' USR2; P=$HPCJOBS_PROGRESS_DIR; {writers} ) &\n"
-        "hpcjobs_child=$!\nhpcjobs_stall_watch\nwait $hpcjobs_child\n"
-        "wait $hpcjobs_stall_pid 2>/dev/null\nhpcjobs_stalled\n"
-    )
+    env["P"] = str(progress)
+    policy = _policy(stall_timeout=2, stall_grace=grace, signal="USR2")
+    sup = Supervisor(policy, SCRIPT, launch, env=env)
+    sup.progress_dir = str(progress)
     started = time.monotonic()
-    proc = _bash(script, env)
-    assert proc.returncode in (0, 137), proc.stderr
+    sup.launch()
+    rc = sup.wait()
+    assert sup.watch is not None
+    sup.watch.close()
     assert time.monotonic() - started < 25
-    return proc.stdout.strip()
+    return sup, rc
+
+
+def _events(tmp_path: Path) -> list[list[str]]:
+    return [
+        ln.split("\t")[3:] for ln in (tmp_path / "run" / "chain-300.tsv").read_text().splitlines()
+    ]
 
 
 def test_a_rank_behind_the_others_is_the_suspect(tmp_path: Path) -> None:
-    record = _stall(
-        tmp_path,
-        'echo "5 n2" >$P/rank-1; for i in $(seq 6 40); do echo "$i n1" >$P/rank-0; sleep 0.3; done',
-    )
-    node, rank, step, idle, tied = record.split("\t")
-    assert (node, rank, step, tied) == ("n2", "1", "5", "0")
-    assert int(idle) >= 2
+    # The step ignores the warning signal: after the grace time it is killed.
+    writers = "summary n2 1 5; for i in $(seq 6 40); do summary n1 0 $i; sleep 0.3; done"
+    sup, rc = _stall(tmp_path, ["bash", "-c", f"trap '' USR2; {SUMMARY}{writers}"])
+    assert rc == 128 + signal.SIGKILL
+    assert sup.watch is not None and sup.watch.found is not None
+    node, found = sup.watch.found
+    assert (node, found.rank, found.step, found.tied) == ("n2", 1, 5, 0)
+    assert found.idle >= 2
+    # The run ends as a stall on n2: logged, n2 excluded, the chain goes on.
+    assert sup.finish(rc) == 0
+    events = _events(tmp_path)
+    assert events[0][:2] == ["fault", "stall"]
+    assert events[0][2].startswith("node=n2 evidence=rank 1 at step 5 for ")
+    assert events[1] == ["exclude", "stall", "nodes=n2"]
+    assert events[2][:2] == ["requeue", "stall"]
 
 
 def test_tied_ranks_blame_nobody(tmp_path: Path) -> None:
-    record = _stall(tmp_path, 'echo "5 n1" >$P/rank-0; echo "5 n2" >$P/rank-1; sleep 30')
-    node, _rank, step, _idle, tied = record.split("\t")
-    assert (node, step, tied) == ("-", "5", "1")
+    summaries = {"node-n1": _summary("n1", {0: 5}), "node-n2": _summary("n2", {1: 5})}
+    sup, rc = _stall(tmp_path, ["sleep", "30"], grace=5, summaries=summaries)
+    assert rc == 128 + signal.SIGUSR2  # the warning signal ended it within the grace time
+    assert sup.watch is not None and sup.watch.found is not None
+    node, found = sup.watch.found
+    assert (node, found.step, found.tied) == ("", 5, 1)
+    assert sup.finish(rc) == 0
+    fault = _events(tmp_path)[0]
+    assert fault[:2] == ["fault", "stall"]
+    assert fault[2].startswith("node=- evidence=rank ")
+    assert fault[2].endswith("(1 other rank(s) tied with it: no node blamed)")
+    assert "exclude" not in [e[0] for e in _events(tmp_path)]
 
 
 def test_progressing_and_silent_ranks_never_stall(tmp_path: Path) -> None:
-    # rank 0 advances every 0.5 s; rank 7 never reports: nobody is judged, the child ends itself.
-    record = _stall(tmp_path, 'for i in $(seq 1 12); do echo "$i n1" >$P/rank-0; sleep 0.5; done')
-    assert record == ""
+    # rank 0 advances every 0.5 s; rank 7 never reports: nobody is judged, the step ends itself.
+    writers = "for i in $(seq 1 12); do summary n1 0 $i; sleep 0.5; done"
+    sup, rc = _stall(tmp_path, ["bash", "-c", SUMMARY + writers])
+    assert rc == 0
+    assert sup.watch is not None and sup.watch.found is None
 
 
 def test_reports_from_an_earlier_run_are_not_judged(tmp_path: Path) -> None:
-    # The files of the run before stay as they were; this run has not reported yet.
-    record = _stall(tmp_path, "sleep 5", earlier={"rank-0": "40 n1\n", "rank-1": "39 n2\n"})
-    assert record == ""
+    # Summaries left by the run before: one of another job, one no agent has renewed for long.
+    summaries = {
+        "node-n1": _summary("n1", {0: 40}, job="299"),
+        "node-n2": _summary("n2", {1: 39}, age=3600),
+    }
+    sup, rc = _stall(tmp_path, ["sleep", "5"], summaries=summaries)
+    assert rc == 0
+    assert sup.watch is not None and sup.watch.found is None
 
 
 # ---- the event log: faults, exclusions, standbys ------------------------------------------------
@@ -344,21 +409,15 @@ def test_history_reads_suspect_evidence_and_exclusions() -> None:
 def test_health_check_clears_or_excludes_the_suspect(
     tmp_path: Path, code: int, excluded: list[str]
 ) -> None:
-    env = _library_env(
-        tmp_path,
-        HPCJOBS_CHAIN_ROOT="300",
-        HPCJOBS_HEALTH_CHECK="echo checking; exit $CODE",
-        CODE=str(code),
-    )
+    env = _job_env(tmp_path, HPCJOBS_CHAIN_ROOT="300", CODE=str(code))
     srun = Path(env["PATH"].split(":")[0]) / "srun"
     # Runs the command given after the options, as srun would on the node.
     srun.write_text('#!/bin/bash\necho "srun $*" >> "$STUB_LOG"\nshift 6\nexec "$@"\n')
     srun.chmod(0o755)
-    proc = _bash("hpcjobs_fault_exclude infrastructure n2\nhpcjobs_excluded", env)
-    assert proc.returncode == 0, proc.stderr
-    assert [line for line in proc.stdout.splitlines() if line] == excluded
-    calls = (tmp_path / "calls.log").read_text()
-    assert "srun --overlap --nodes=1 --ntasks=1 --nodelist=n2" in calls
+    sup = _supervisor(env, health_check="echo checking; exit $CODE")
+    sup.fault_exclude("infrastructure", "n2")
+    assert sup.events.excluded() == excluded
+    assert "srun --overlap --nodes=1 --ntasks=1 --nodelist=n2" in _calls(tmp_path)
     log = (tmp_path / "run" / "chain-300.tsv").read_text()
     assert ("\thealth\tpass\tnode=n2 checking" in log) == (code == 0)
     assert ("\thealth\tfail\tnode=n2 exit=3 checking" in log) == (code != 0)
@@ -384,7 +443,7 @@ def test_every_rank_reports_progress_for_the_stall_watch(
 
 
 def _standby_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = _library_env(tmp_path, SLURM_JOB_ID="301", HPCJOBS_CHAIN_ROOT="300", **extra)
+    env = _job_env(tmp_path, SLURM_JOB_ID="301", HPCJOBS_CHAIN_ROOT="300", **extra)
     env["HPCJOBS_STANDBY_FOR"] = "300"
     (tmp_path / "run" / "chain-300.tsv").write_text(
         "1.0\t300\t0\tstart\t-\tcheckpoint=-1\n"
@@ -397,21 +456,17 @@ def test_standby_of_a_run_cancelled_while_completing_does_not_run(tmp_path: Path
     """Slurm releases an afternotok standby while its cancelled predecessor still shows
     COMPLETING; accounting already says CANCELLED: the standby ends and says why."""
     env = _standby_env(tmp_path, STUB_JOB_STATE="COMPLETING", STUB_SACCT_RUNS="CANCELLED")
-    proc = _bash("hpcjobs_begin\necho RAN", env)
-    assert proc.returncode == 0, proc.stderr
-    assert "RAN" not in proc.stdout
+    assert _begin(_supervisor(env)) == 0
     chain = parse_chain((tmp_path / "run" / "chain-300.tsv").read_text())
     assert chain.final is not None
     assert (chain.final.event, chain.final.cause) == ("end", "fail")
     assert chain.final.detail == "cancelled: job 300 was cancelled"
-    assert "sbatch" not in (tmp_path / "calls.log").read_text()
+    assert "sbatch" not in _calls(tmp_path)
 
 
 def test_standby_of_a_run_lost_with_its_node_takes_over(tmp_path: Path) -> None:
     env = _standby_env(tmp_path, STUB_JOB_STATE="COMPLETING", STUB_SACCT_RUNS="NODE_FAIL")
-    proc = _bash("hpcjobs_begin\necho RAN", env)
-    assert proc.returncode == 0, proc.stderr
-    assert "RAN" in proc.stdout
+    assert _begin(_supervisor(env)) is None
     text = (tmp_path / "run" / "chain-300.tsv").read_text()
     assert "took over from job 300 (NODE_FAIL)" in text
 
@@ -422,19 +477,18 @@ def test_standby_of_a_run_lost_with_its_node_takes_over(tmp_path: Path) -> None:
 )
 def test_a_run_being_cancelled_keeps_no_standby(tmp_path: Path, when: str) -> None:
     state_file = tmp_path / "state"
-    env = _library_env(tmp_path, STUB_STATE_FILE=str(state_file))
-    script = "hpcjobs_begin\necho RAN"
-    if when == "signal before sbatch":
-        script = "hpcjobs_signal_seen=term\n" + script
-    elif when == "state before sbatch":
+    env = _job_env(tmp_path, STUB_STATE_FILE=str(state_file))
+    if when == "state before sbatch":
         state_file.write_text("CANCELLED\n")
-    else:
+    elif when == "cancelled during sbatch":
         env["STUB_STATE_AFTER_SBATCH"] = "COMPLETING"
         env["STUB_SACCT_RUNS"] = "CANCELLED"
-    proc = _bash(script + '\necho "standby=${hpcjobs_standby:-}"', env)
-    assert proc.returncode == 0, proc.stderr
-    assert "standby=\n" in proc.stdout
-    calls = (tmp_path / "calls.log").read_text()
+    sup = _supervisor(env)
+    if when == "signal before sbatch":
+        sup.signal_seen = "term"
+    assert _begin(sup) is None
+    assert sup.standby == ""
+    calls = _calls(tmp_path)
     if when == "cancelled during sbatch":
         assert "scancel --quiet 4242" in calls
     else:
@@ -455,10 +509,10 @@ def test_the_jobs_stderr_file_is_found_on_every_release(
 ) -> None:
     """srun reports its tasks' ends on the job's stderr: without --error that is the stdout
     file, which Slurm 26.05 shows as an empty ``StdErr=``."""
-    env = _library_env(tmp_path, STUB_STDOUT="/o/slurm-300.out", STUB_STDERR=stderr)
-    proc = _bash('hpcjobs_private_logs\necho "err=$hpcjobs_err_file"', env)
-    assert proc.returncode == 0, proc.stderr
-    assert f"err={expected}\n" in proc.stdout
+    env = _job_env(tmp_path, STUB_STDOUT="/o/slurm-300.out", STUB_STDERR=stderr)
+    sup = _supervisor(env)
+    sup.private_logs()
+    assert sup.err_file == expected
 
 
 @pytest.mark.parametrize(
@@ -475,23 +529,21 @@ def test_the_jobs_stderr_file_is_found_on_every_release(
 def test_only_a_cancel_counts_as_one(
     tmp_path: Path, info: str, acct: str, signal: str, cancelled: bool
 ) -> None:
-    env = _library_env(tmp_path, STUB_JOB_STATE=info, STUB_SACCT_RUNS=acct)
-    proc = _bash(f"hpcjobs_signal_seen={signal}\nhpcjobs_being_cancelled && echo yes", env)
-    assert ("yes" in proc.stdout) is cancelled, proc.stderr
+    sup = _supervisor(_job_env(tmp_path, STUB_JOB_STATE=info, STUB_SACCT_RUNS=acct))
+    sup.signal_seen = signal
+    assert sup.being_cancelled() is cancelled
 
 
 def test_a_term_during_a_preemption_is_no_cancel(tmp_path: Path) -> None:
     """Without send_user_signal a preemption sends SIGTERM: the run keeps its standby."""
-    env = _library_env(tmp_path, STUB_PREEMPT_TIME="2026-01-01T00:00:00")
-    proc = _bash("hpcjobs_signal_seen=term\nhpcjobs_being_cancelled && echo yes", env)
-    assert "yes" not in proc.stdout
+    sup = _supervisor(_job_env(tmp_path, STUB_PREEMPT_TIME="2026-01-01T00:00:00"))
+    sup.signal_seen = "term"
+    assert not sup.being_cancelled()
 
 
 def test_standby_waits_for_the_final_state_without_accounting(tmp_path: Path) -> None:
     """No accounting, and the controller shows COMPLETING until the wait is over: the standby
     takes over as before (it cannot tell), after HPCJOBS_FINAL_STATE_WAIT seconds."""
     env = _standby_env(tmp_path, STUB_JOB_STATE="COMPLETING", HPCJOBS_FINAL_STATE_WAIT="1")
-    proc = _bash("hpcjobs_begin\necho RAN", env)
-    assert proc.returncode == 0, proc.stderr
-    assert "RAN" in proc.stdout
+    assert _begin(_supervisor(env)) is None
     assert "took over from job 300 (?)" in (tmp_path / "run" / "chain-300.tsv").read_text()

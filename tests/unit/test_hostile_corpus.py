@@ -34,6 +34,7 @@ from click.testing import CliRunner
 from hpcjobs.cli import cli
 from hpcjobs.config.loader import load_site
 from hpcjobs.errors import HpcJobsError
+from hpcjobs.jobs.supervisorapp import write_supervisor
 from tests.unit.hostile_cases import CANARY, Case, all_cases
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -432,9 +433,27 @@ def assert_rejected(case: Case, outcome: Outcome) -> None:
     assert raw is None, f"echoes a raw control character {raw.group()!r} {about}"
 
 
+def write_the_supervisor(script: bytes, paths: Paths) -> None:
+    """The job's supervisor where ``script`` runs it from, as 'hpcjobs submit' writes it (the
+    script's own assignment, read by bash, says where)."""
+    lines = [ln for ln in script.split(b"\n") if ln.startswith(b"hpcjobs_supervisor=")]
+    if len(lines) != 1:
+        return
+    where = subprocess.run(
+        ["bash", "-c", lines[0] + b'\nprintf %s "$hpcjobs_supervisor"'],
+        cwd=paths.folder,
+        env={"PATH": clean_path()},
+        capture_output=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    write_supervisor(paths.folder / os.fsdecode(where))
+
+
 def run_script(
     script: bytes, paths: Paths, extra_env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[bytes]:
+    write_the_supervisor(script, paths)
     path = paths.folder / "job.sh"
     path.write_bytes(script)
     env = {

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from hpcjobs.cli import cli
 from hpcjobs.config.loader import load_site
 from hpcjobs.config.models import SiteConfig
+from hpcjobs.jobs.supervisorapp import write_supervisor
 from hpcjobs.script.jobspec import JobSpec
 from hpcjobs.script.render import RenderedJob, is_directive_safe, render_job
 
@@ -79,6 +80,8 @@ def corpus(canary: Path) -> list[str]:
 
 
 def run_script(rendered: RenderedJob, folder: Path) -> subprocess.CompletedProcess[str]:
+    assert rendered.supervisor is not None
+    write_supervisor(rendered.supervisor)  # where 'hpcjobs submit' puts it
     script = folder / "job.sh"
     script.write_text(rendered.script, encoding="utf-8")
     env = {

@@ -204,18 +204,46 @@ def test_enroot_refuses_a_workdir() -> None:
     assert "enroot start" in ok.script
 
 
+def test_script_ends_in_its_supervisor_with_the_jobs_policy(tmp_path: Path) -> None:
+    from hpcjobs.config.models import MaxRequeues
+    from hpcjobs.jobs.supervisorapp import supervisor_path
+    from tests.unit.test_requeue import script_policy
+
+    spec = JobSpec(
+        command=["python", "t.py"],
+        output_dir=str(tmp_path / "out"),
+        requeue={"signal": "USR1", "lead_time": 120, "max_requeues": {"preemption": 2}},
+        stall_timeout=600,
+        sbatch_options=["--begin=now+1hour", "--exclusive"],
+    )  # type: ignore[arg-type]
+    rendered = render_job(spec, load_site("sandbox"))
+    assert rendered.supervisor == supervisor_path(tmp_path / "out")
+    assert rendered.supervisor.name.startswith("supervisor-")
+    assert str(rendered.supervisor) in rendered.script
+    lines = rendered.script.rstrip("\n").split("\n")
+    (start,) = [
+        i for i, ln in enumerate(lines) if ln.startswith('exec "${HPCJOBS_PYTHON:-python3}"')
+    ]
+    assert '--script "$0" --policy "$hpcjobs_policy" --' in lines[start]
+    assert lines[-1].strip() == "python t.py"  # the launcher's argv follows, and nothing else
+    policy = script_policy(rendered.script)
+    assert (policy.signal, policy.lead, policy.stall_timeout) == ("USR1", 120, 600)
+    assert policy.budgets == {**MaxRequeues().model_dump(), "preemption": 2}
+    assert "--exclusive" in policy.sbatch_args
+    assert not any(a.startswith("--begin") for a in policy.sbatch_args)
+
+
 def test_one_block_can_be_overridden(dgx: SiteConfig, tmp_path: Path) -> None:
     blocks = tmp_path / "tpl" / "blocks"
     blocks.mkdir(parents=True)
     (blocks / "launch.sh.j2").write_text(
-        "# custom launch for {{ job.name }}\n{{ command | shjoin }} &\nhpcjobs_child=$!\n"
-        "hpcjobs_wait\n",
+        "# custom launch for {{ job.name }}\nexec {{ command | shjoin }}\n",
         encoding="utf-8",
     )
     rendered = render_job(
         JobSpec(name="a b", command=["x", "y z"]), dgx, template_dirs=[tmp_path / "tpl"]
     )
-    assert "# custom launch for 'a b'\nx 'y z' &" in rendered.script
+    assert "# custom launch for 'a b'\nexec x 'y z'\n" in rendered.script
     assert rendered.blocks["launch"] == str(blocks / "launch.sh.j2")
     assert rendered.blocks["binding"].endswith("templates/blocks/binding.sh.j2")
 
@@ -225,14 +253,14 @@ def test_template_path_env_and_site_folder(
 ) -> None:
     env_dir = tmp_path / "env" / "blocks"
     env_dir.mkdir(parents=True)
-    (env_dir / "requeue.sh.j2").write_text('exit "$hpcjobs_status"  # env\n', encoding="utf-8")
+    (env_dir / "launch.sh.j2").write_text("exec {{ command | shjoin }}  # env\n", encoding="utf-8")
     monkeypatch.setenv("HPCJOBS_TEMPLATE_PATH", str(tmp_path / "env"))
     site_dir = tmp_path / "sites" / "dgx-h100-ib.templates" / "blocks"
     site_dir.mkdir(parents=True)
     (site_dir / "nccl.sh.j2").write_text("# site nccl\n", encoding="utf-8")
     monkeypatch.setenv("HPCJOBS_SITE_PATH", str(tmp_path / "sites"))
     rendered = render_job(JobSpec(command=["x"]), dgx)
-    assert rendered.blocks["requeue"] == str(env_dir / "requeue.sh.j2")
+    assert rendered.blocks["launch"] == str(env_dir / "launch.sh.j2")
     assert rendered.blocks["nccl"] == str(site_dir / "nccl.sh.j2")
     assert "# site nccl\n" in rendered.script and "# env\n" in rendered.script
 
@@ -251,7 +279,7 @@ def test_template_errors_are_exit_2(
 ) -> None:
     blocks = tmp_path / "blocks"
     blocks.mkdir()
-    (blocks / "requeue.sh.j2").write_text(text, encoding="utf-8")
+    (blocks / "launch.sh.j2").write_text(text, encoding="utf-8")
     with pytest.raises(TemplateError, match=needle) as info:
         render_job(JobSpec(command=["x"]), dgx, template_dirs=[tmp_path])
     assert info.value.exit_code == 2

@@ -18,6 +18,7 @@ import pytest
 
 from hpcjobs.config.loader import load_site
 from hpcjobs.config.models import SiteConfig
+from hpcjobs.jobs.supervisorapp import write_supervisor
 from hpcjobs.script.jobspec import JobSpec
 from hpcjobs.script.render import RenderedJob, render_job
 
@@ -65,9 +66,18 @@ def host_has_cpus_0_and_1() -> bool:
     return {0, 1} <= os.sched_getaffinity(0)
 
 
-def start(rendered: RenderedJob, folder: Path, path: str | None = None) -> subprocess.Popen[str]:
+def write_script(rendered: RenderedJob, folder: Path) -> Path:
+    """The job's script in ``folder``, and its supervisor where the script runs it from (as
+    'hpcjobs submit' writes them)."""
+    assert rendered.supervisor is not None
+    write_supervisor(rendered.supervisor)
     script = folder / "job.sh"
     script.write_text(rendered.script, encoding="utf-8")
+    return script
+
+
+def start(rendered: RenderedJob, folder: Path, path: str | None = None) -> subprocess.Popen[str]:
+    script = write_script(rendered, folder)
     env = {
         "PATH": f"{FAKEBIN}{os.pathsep}{path or os.environ['PATH']}",
         "HOME": str(folder),
@@ -247,8 +257,7 @@ def test_partial_allocation_binds_the_gpus_slurm_gave(
     rendered = render_job(
         job(tmp_path, "ignore", 0, launcher="srun", gpus_per_node=2), sandbox_site
     )
-    script = tmp_path / "job.sh"
-    script.write_text(rendered.script, encoding="utf-8")
+    script = write_script(rendered, tmp_path)
     env = {
         "PATH": f"{FAKEBIN}{os.pathsep}{os.environ['PATH']}",
         "HOME": str(tmp_path),

@@ -218,17 +218,48 @@ def test_nvidia_smi_samples_and_idle_gpus() -> None:
     assert summarize({}) is None
 
 
-def test_the_sampler_asks_for_the_fields_the_parser_reads() -> None:
+def test_the_sampler_asks_for_the_fields_the_parser_reads(tmp_path: Path) -> None:
+    import sys
+
     from hpcjobs.config.loader import load_site
     from hpcjobs.runtime.checkpoint import GPU_QUERY
+    from hpcjobs.runtime.supervisor.policy import Policy
+    from hpcjobs.runtime.supervisor.supervise import Supervisor
     from hpcjobs.script.jobspec import parse_spec
     from hpcjobs.script.render import render_job
 
     site = load_site("sandbox")
     script = render_job(parse_spec({"command": ["python", "t.py"]}), site).script
     assert f"HPCJOBS_GPU_QUERY={GPU_QUERY}" in script
-    library = (Path(__file__).resolve().parents[2] / "templates/lib/requeue.bash").read_text()
-    assert '"--query-gpu=$HPCJOBS_GPU_QUERY"' in library
+    # The job's supervisor hands the fields to its node agent, which asks nvidia-smi for them
+    # (here a stand-in that prints its arguments into the sample file).
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text("#!/bin/bash\nprintf '%s\\n' \"$@\"\n")
+    (bindir / "nvidia-smi").chmod(0o755)
+    run_dir = tmp_path / "run"
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "10",
+        "SLURMD_NODENAME": "n1",
+        "HPCJOBS_RUN_DIR": str(run_dir),
+        "HPCJOBS_NODE_TMP": str(tmp_path / "node"),
+        "HPCJOBS_GPU_MONITOR_INTERVAL": "30",
+        "HPCJOBS_GPU_QUERY": GPU_QUERY,
+    }
+    program = [sys.executable, "-m", "hpcjobs.runtime.supervisor"]
+    sup = Supervisor(Policy(), "job.sh", ["true"], env=env, program=program)
+    sup.root, sup.progress_dir = "10", str(run_dir / "progress-10")
+    (run_dir / "progress-10").mkdir(parents=True)
+    sample = run_dir / "gpu-10" / "n1.csv"
+    sup.start_agents()
+    try:
+        deadline = time.monotonic() + 30
+        while not sample.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        sup.stop_agents()
+    assert f"--query-gpu={GPU_QUERY}\n" in sample.read_text()
 
 
 def test_gpu_sampler_interval_from_the_site_and_off_without_gpus() -> None:

@@ -1,24 +1,23 @@
 """The requeue policy, checked on one table against both implementations: Python's
-tests/unit/requeue_reference.py and the bash library every batch script carries."""
+tests/unit/requeue_reference.py and the job's supervisor (:mod:`hpcjobs.runtime.supervisor`),
+which decides on the batch host how a run ended and what becomes of its chain."""
 
 from __future__ import annotations
 
 import os
-import subprocess
+import shlex
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from hpcjobs.config.models import MaxRequeues
-from hpcjobs.resources import templates_dir
+from hpcjobs.runtime.supervisor import decide as supervisor_decide
+from hpcjobs.runtime.supervisor.policy import Policy, parse
+from hpcjobs.runtime.supervisor.supervise import Stop, Supervisor
 from tests.unit.requeue_reference import Action, Budget, Cause, classify, decide
-
-LIBRARY = templates_dir() / "lib" / "requeue.bash"
-FAULTS = templates_dir() / "lib" / "faults.bash"
-#: The two libraries every batch script carries, in the script's order.
-SOURCE = f"source {LIBRARY}\nsource {FAULTS}"
-
 
 SMALL_BUDGET = Budget(preemption=2, timeout=1, node_failure=1, application=0)
 
@@ -104,7 +103,7 @@ def test_classify(
     assert got is cause
 
 
-# ---- the bash library, with stand-ins for scontrol, squeue and sbatch ---------------------------
+# ---- the supervisor, with stand-ins for scontrol, squeue, sbatch and friends ---------------------
 
 STUBS = {
     "scontrol": """#!/bin/bash
@@ -142,9 +141,12 @@ printf '%s\\n' ${STUB_SINFO:-}
 """,
 }
 
+#: The batch script, as the supervisor is told (``--script "$0"``): continuations submit it.
+SCRIPT = "job.sbatch"
+
 
 def _stub_bin(tmp_path: Path) -> Path:
-    """A folder with the stand-ins for scontrol, squeue, sbatch and sacct."""
+    """A folder with the stand-ins for scontrol, squeue, sbatch, sacct, scancel and sinfo."""
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     for name, body in STUBS.items():
@@ -153,7 +155,77 @@ def _stub_bin(tmp_path: Path) -> Path:
     return bindir
 
 
-def _bash_cause_and_run(
+def _job_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a run of job 300, the stand-ins first on its PATH (a real Slurm on
+    this machine is never asked)."""
+    bindir = _stub_bin(tmp_path)
+    run_dir = tmp_path / "run"
+    (run_dir / "ckpt").mkdir(parents=True, exist_ok=True)
+    return {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "STUB_LOG": str(tmp_path / "calls.log"),
+        "SLURM_JOB_ID": "300",
+        "HPCJOBS_RUN_DIR": str(run_dir),
+        "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
+        "TMPDIR": str(tmp_path),  # the node-local folders
+        **extra,
+    }
+
+
+def _policy(**fields: object) -> Policy:
+    """A job's policy; a rendered script always sets the budgets: here the site config's
+    defaults."""
+    fields.setdefault("budgets", MaxRequeues().model_dump())
+    return Policy(**fields)  # type: ignore[arg-type]
+
+
+def _supervisor(env: dict[str, str], policy: Policy | None = None, **fields: object) -> Supervisor:
+    """The supervisor of one run, in this process (its own copy of ``env``)."""
+    return Supervisor(policy or _policy(**fields), SCRIPT, ["true"], env=dict(env))
+
+
+def _begin(sup: Supervisor) -> int | None:
+    """What the start of a run decides: None when the program starts, else the job's exit
+    code (the chain does not run the program in this job)."""
+    try:
+        sup.begin()
+    except Stop as stop:
+        return stop.code
+    finally:
+        sup.stop_agents()  # no program follows here
+    return None
+
+
+def _calls(tmp_path: Path) -> str:
+    """What the stand-ins were asked, one line per call."""
+    log = tmp_path / "calls.log"
+    return log.read_text() if log.exists() else ""
+
+
+def script_policy(script: str) -> Policy:
+    """The policy a rendered script hands its supervisor (the shell variable hpcjobs_policy)."""
+    (line,) = [ln for ln in script.split("\n") if ln.startswith("hpcjobs_policy=")]
+    (text,) = shlex.split(line.removeprefix("hpcjobs_policy="))
+    return parse(text)
+
+
+@pytest.fixture
+def utc() -> Iterator[None]:
+    """Slurm's local times read as UTC."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
+
+
+def _finish_case(
     tmp_path: Path, case: Case, *, signal: str, preempt: bool, time_left: str
 ) -> tuple[int, list[list[str]], str]:
     bindir = _stub_bin(tmp_path)
@@ -176,34 +248,34 @@ def _bash_cause_and_run(
         "SLURM_JOB_ID": "100",
         "HPCJOBS_RUN_DIR": str(run_dir),
         "HPCJOBS_CHECKPOINT_DIR": str(ckpt),
-        "HPCJOBS_SIGNAL_LEAD": "60",
-        "HPCJOBS_MAX_REQUEUE_PREEMPTION": str(b.preemption),
-        "HPCJOBS_MAX_REQUEUE_TIMEOUT": str(b.timeout),
-        "HPCJOBS_MAX_REQUEUE_NODE_FAILURE": str(b.node_failure),
-        "HPCJOBS_MAX_REQUEUE_APPLICATION": str(b.application),
-        "HPCJOBS_MAX_REQUEUES": "" if b.total is None else str(b.total),
     }
-    script = (
-        f"{SOURCE}\n"
-        "HPCJOBS_SBATCH_ARGS=(--job-name=x --array=0-9 -d afterok:1 --nodes=2 "
-        "--output=/o/slurm-%j.out)\n"
-        f'hpcjobs_finish {case.exit_code} "{signal}"\n'
+    policy = Policy(
+        lead=60,
+        budgets={
+            "preemption": b.preemption,
+            "timeout": b.timeout,
+            "node_failure": b.node_failure,
+            "application": b.application,
+        },
+        max_total=b.total,
+        sbatch_args=[
+            "--job-name=x",
+            "--array=0-9",
+            "-d",
+            "afterok:1",
+            "--nodes=2",
+            "--output=/o/slurm-%j.out",
+        ],
     )
-    proc = subprocess.run(
-        ["bash", "-c", script, "job.sbatch"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
+    sup = _supervisor(env, policy)
+    sup.signal_seen = signal
+    code = sup.finish(case.exit_code)
     events = [line.split("\t") for line in chain.read_text().splitlines()]
-    calls = (tmp_path / "calls.log").read_text() if (tmp_path / "calls.log").exists() else ""
-    return int(proc.stdout.strip()), events, calls
+    return code, events, _calls(tmp_path)
 
 
 def _observations(cause: Cause) -> tuple[str, bool, str]:
-    """How each cause looks to the batch script: (signal, PreemptTime set, time left)."""
+    """How each cause looks to the supervisor: (signal, PreemptTime set, time left)."""
     return {
         Cause.NONE: ("", False, "10:00"),
         Cause.APPLICATION: ("", False, "10:00"),
@@ -214,9 +286,9 @@ def _observations(cause: Cause) -> tuple[str, bool, str]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_bash_library_matches_table(tmp_path: Path, case: Case) -> None:
+def test_supervisor_matches_table(tmp_path: Path, case: Case) -> None:
     signal, preempt, left = _observations(case.cause)
-    code, events, calls = _bash_cause_and_run(
+    code, events, calls = _finish_case(
         tmp_path, case, signal=signal, preempt=preempt, time_left=left
     )
     last = events[-1]
@@ -242,221 +314,138 @@ def test_bash_library_matches_table(tmp_path: Path, case: Case) -> None:
         assert "sbatch" not in calls
 
 
-def test_bash_begin_counts_slurm_requeue_as_node_failure(tmp_path: Path) -> None:
+def test_begin_counts_slurm_requeue_as_node_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = _job_env(tmp_path, SLURM_JOB_ID="7", SLURM_RESTART_COUNT="1")
     run_dir = tmp_path / "run"
-    env = {
-        "PATH": os.environ["PATH"],
-        "SLURM_JOB_ID": "7",
-        "SLURM_RESTART_COUNT": "1",
-        "HPCJOBS_RUN_DIR": str(run_dir),
-        "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
-        "HPCJOBS_MAX_REQUEUE_NODE_FAILURE": "1",
-    }
-    script = f"{SOURCE}\nhpcjobs_begin\necho restart=$HPCJOBS_RESTART_COUNT\n"
-    run_dir.mkdir()
     (run_dir / "chain-7.tsv").write_text("1.0\t7\t0\tstart\t-\tcheckpoint=-1\n")
-    proc = subprocess.run(
-        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "restart=1" in proc.stdout
+    policy = _policy(budgets={**MaxRequeues().model_dump(), "node_failure": 1})
+    sup = _supervisor(env, policy)
+    assert _begin(sup) is None, capsys.readouterr().err
+    assert sup.env["HPCJOBS_RESTART_COUNT"] == "1"
     events = (run_dir / "chain-7.tsv").read_text().splitlines()
     assert events[1].split("\t")[3:5] == ["requeue", "node_failure"]
     # A second node failure exceeds the budget of 1: the job gives up at once.
     env["SLURM_RESTART_COUNT"] = "2"
-    proc = subprocess.run(
-        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30
-    )
-    assert proc.returncode == 1
-    assert "budget for node_failure exhausted" in proc.stderr
+    capsys.readouterr()
+    assert _begin(_supervisor(env, policy)) == 1
+    assert "budget for node_failure exhausted" in capsys.readouterr().err
 
 
-def test_bash_cancelled_job_is_not_marked_done(tmp_path: Path) -> None:
-    """scancel: the program exits 0 on SIGTERM before the batch shell hears of it."""
+def test_cancelled_job_is_not_marked_done(tmp_path: Path) -> None:
+    """scancel: the program exits 0 on SIGTERM before the supervisor hears of it."""
     case = Case("cancel seen only by the steps", Cause.NONE, 0, Action.FAIL)
-    bindir = _stub_bin(tmp_path)
+    env = _job_env(tmp_path, SLURM_JOB_ID="100", STUB_JOB_STATE="CANCELLED")
     run_dir = tmp_path / "run"
-    (run_dir / "ckpt").mkdir(parents=True)
-    env = {
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "STUB_LOG": str(tmp_path / "calls.log"),
-        "STUB_JOB_STATE": "CANCELLED",
-        "SLURM_JOB_ID": "100",
-        "HPCJOBS_RUN_DIR": str(run_dir),
-        "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
-    }
-    script = f'{SOURCE}\nhpcjobs_finish {case.exit_code} ""\n'
-    out = subprocess.run(
-        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30, check=True
-    ).stdout
-    assert int(out) != 0
+    assert _supervisor(env).finish(case.exit_code) != 0
     assert not (run_dir / "DONE-100").exists()
     assert "end\tfail\tcancelled" in (run_dir / "chain-100.tsv").read_text()
 
 
 @pytest.mark.parametrize(("restart", "marked"), [("0", False), ("1", True)])
-def test_bash_chain_end_after_a_slurm_requeue_is_not_requeued_again(
+def test_chain_end_after_a_slurm_requeue_is_not_requeued_again(
     tmp_path: Path, restart: str, marked: bool
 ) -> None:
     """Slurm 24.11 requeues the run after its own requeue of a preempted job once more when it
     exits: a chain that ends in such a run marks it Requeue=0. First runs make no extra call."""
-    bindir = _stub_bin(tmp_path)
+    env = _job_env(
+        tmp_path, SLURM_JOB_ID="100", SLURM_RESTART_COUNT=restart, HPCJOBS_CHAIN_ROOT="100"
+    )
     run_dir = tmp_path / "run"
-    (run_dir / "ckpt").mkdir(parents=True)
-    env = {
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "STUB_LOG": str(tmp_path / "calls.log"),
-        "SLURM_JOB_ID": "100",
-        "SLURM_RESTART_COUNT": restart,
-        "HPCJOBS_CHAIN_ROOT": "100",
-        "HPCJOBS_RUN_DIR": str(run_dir),
-        "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
-    }
-    for code, end in (("0", "end\tfinish\tcompleted"), ("3", "end\tfail\tapplication")):
+    for code, end in ((0, "end\tfinish\tcompleted"), (3, "end\tfail\tapplication")):
         (tmp_path / "calls.log").write_text("")
-        script = f'{SOURCE}\nhpcjobs_finish {code} ""\n'
-        subprocess.run(
-            ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30, check=True
-        )
+        _supervisor(env).finish(code)
         assert end in (run_dir / "chain-100.tsv").read_text()
-        calls = (tmp_path / "calls.log").read_text()
+        calls = _calls(tmp_path)
         assert ("scontrol update jobid=100 Requeue=0" in calls) is marked, calls
         (run_dir / "DONE-100").unlink(missing_ok=True)
 
 
-def test_bash_begin_exits_when_done(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    (run_dir / "ckpt").mkdir(parents=True)
-    (run_dir / "ckpt" / "DONE").write_text("{}")
-    env = {
-        "PATH": os.environ["PATH"],
-        "SLURM_JOB_ID": "8",
-        "HPCJOBS_RUN_DIR": str(run_dir),
-        "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
-    }
-    proc = subprocess.run(
-        ["bash", "-c", f"{SOURCE}\nhpcjobs_begin\necho RAN"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.returncode == 0
-    assert "RAN" not in proc.stdout
-    assert "already finished" in proc.stderr
+def test_begin_exits_when_done(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env = _job_env(tmp_path, SLURM_JOB_ID="8")
+    (tmp_path / "run" / "ckpt" / "DONE").write_text("{}")
+    assert _begin(_supervisor(env)) == 0
+    out, err = capsys.readouterr()
+    assert "hpcjobs: run" not in out
+    assert "already finished" in err
 
 
-def test_bash_seconds() -> None:
-    script = (
-        f"{SOURCE}\n"
-        'for t in 1-02:03:04 02:03:04 3:04 59 UNLIMITED; do echo "[$(hpcjobs_seconds $t)]"; done'
-    )
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["[93784]", "[7384]", "[184]", "[59]", "[]"]
+def test_seconds() -> None:
+    got = [supervisor_decide.seconds(t) for t in ("1-02:03:04", "02:03:04", "3:04", "59")]
+    assert got == [93784, 7384, 184, 59]
+    assert supervisor_decide.seconds("UNLIMITED") is None
 
 
 # ---- requeues Slurm did by itself (node failure, grace time over) -------------------------------
 
 
-def _library_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    bindir = _stub_bin(tmp_path)
-    run_dir = tmp_path / "run"
-    (run_dir / "ckpt").mkdir(parents=True, exist_ok=True)
-    return {
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "STUB_LOG": str(tmp_path / "calls.log"),
-        "SLURM_JOB_ID": "300",
-        "HPCJOBS_RUN_DIR": str(run_dir),
-        "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
-        # A rendered script always sets the budgets: here the site config's defaults.
-        **{
-            f"HPCJOBS_MAX_REQUEUE_{k.upper()}": str(v)
-            for k, v in MaxRequeues().model_dump().items()
-        },
-        **extra,
-    }
-
-
-def _bash(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", "-c", f"{SOURCE}\n{script}", "job.sbatch"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-
-
 def test_finish_after_slurm_already_requeued_is_not_done(tmp_path: Path) -> None:
     """A node failed: Slurm requeued the job while the program on the healthy node exited 0.
     The run must not count as finished, and no continuation may be submitted."""
-    env = _library_env(tmp_path, STUB_RESTARTS="1", STUB_SACCT_RUNS="NODE_FAIL|2026-01-01T00:00:00")
-    proc = _bash('hpcjobs_finish 0 ""', env)
-    assert proc.returncode == 0, proc.stderr
+    env = _job_env(tmp_path, STUB_RESTARTS="1", STUB_SACCT_RUNS="NODE_FAIL|2026-01-01T00:00:00")
+    assert _supervisor(env).finish(0) == 0
     chain = (tmp_path / "run" / "chain-300.tsv").read_text()
     assert "requeue\tnode_failure\trequeued by Slurm (restart 1)" in chain
     assert not (tmp_path / "run" / "DONE-300").exists()
-    assert "sbatch" not in (tmp_path / "calls.log").read_text()
+    assert "sbatch" not in _calls(tmp_path)
 
 
-def test_begin_after_unlogged_requeue_asks_accounting(tmp_path: Path) -> None:
+def test_begin_after_unlogged_requeue_asks_accounting(tmp_path: Path, utc: None) -> None:
     """The first run died without a word; accounting says it was preempted (grace time over)."""
-    env = _library_env(
+    env = _job_env(
         tmp_path,
         SLURM_RESTART_COUNT="1",
         STUB_SACCT_RUNS="PREEMPTED|2026-01-01T00:00:10 RUNNING|Unknown",
     )
     (tmp_path / "run" / "chain-300.tsv").write_text("1.0\t300\t0\tstart\t-\tcheckpoint=-1\n")
-    proc = _bash("hpcjobs_begin\necho RAN", env)
-    assert proc.returncode == 0, proc.stderr
-    assert "RAN" in proc.stdout
+    assert _begin(_supervisor(env)) is None
     lines = (tmp_path / "run" / "chain-300.tsv").read_text().splitlines()
     fields = lines[1].split("\t")
     assert fields[3:5] == ["requeue", "preemption"]
     assert fields[0].startswith("1767225610")  # dated at the lost run's end
 
 
-def test_begin_never_runs_a_chain_twice(tmp_path: Path) -> None:
+def test_begin_never_runs_a_chain_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Slurm requeued a job whose chain had already continued as another job: exit at once."""
-    env = _library_env(tmp_path, SLURM_RESTART_COUNT="1")
+    env = _job_env(tmp_path, SLURM_RESTART_COUNT="1")
     (tmp_path / "run" / "chain-300.tsv").write_text(
         "1.0\t300\t0\tstart\t-\tcheckpoint=-1\n"
         "2.0\t300\t0\trequeue\tpreemption\tcontinued as job 301 checkpoint=4 progress=4\n"
     )
-    proc = _bash("hpcjobs_begin\necho RAN", env)
-    assert proc.returncode == 0
-    assert "RAN" not in proc.stdout
-    assert "already continues as job 301" in proc.stderr
+    assert _begin(_supervisor(env)) == 0
+    assert "already continues as job 301" in capsys.readouterr().err
 
 
-def test_begin_enforces_total_budget_on_slurm_requeues(tmp_path: Path) -> None:
-    env = _library_env(
+def test_begin_enforces_total_budget_on_slurm_requeues(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = _job_env(
         tmp_path,
         SLURM_RESTART_COUNT="1",
-        HPCJOBS_MAX_REQUEUES="1",
         STUB_SACCT_RUNS="NODE_FAIL|2026-01-01T00:00:00",
+        HPCJOBS_CHAIN_ROOT="299",
     )
     (tmp_path / "run" / "chain-300.tsv").write_text(
         "1.0\t299\t0\tstart\t-\tcheckpoint=-1\n"
         "2.0\t299\t0\trequeue\ttimeout\tcontinued as job 300 checkpoint=1 progress=1\n"
         "3.0\t300\t0\tstart\t-\tcheckpoint=1\n"
     )
-    env["HPCJOBS_CHAIN_ROOT"] = "299"
-    proc = _bash("hpcjobs_begin\necho RAN", env)
-    assert proc.returncode == 1
-    assert "RAN" not in proc.stdout
-    assert "total requeue budget exhausted" in proc.stderr
+    assert _begin(_supervisor(env, max_total=1)) == 1
+    # The bash library said "total requeue budget exhausted (1/1); giving up"; the event is
+    # the same.
+    assert "requeue budget exhausted: 1/1 requeues in total" in capsys.readouterr().err
+    last = (tmp_path / "run" / "chain-300.tsv").read_text().splitlines()[-1].split("\t")
+    assert last[3:] == ["end", "fail", "requeue budget exhausted: 1/1 requeues in total"]
 
 
 def test_begin_sets_aside_a_log_left_by_an_earlier_job_with_the_same_id(tmp_path: Path) -> None:
     """Job ids repeat when a cluster's counter is reset: an old chain must not pass for ours."""
-    env = _library_env(tmp_path)
+    env = _job_env(tmp_path)
     run_dir = tmp_path / "run"
     (run_dir / "chain-300.tsv").write_text("1.0\t300\t0\tend\tfinish\tcompleted\n")
     (run_dir / "DONE-300").write_text("")
-    proc = _bash("hpcjobs_begin\necho RAN", env)
-    assert proc.returncode == 0, proc.stderr
-    assert "RAN" in proc.stdout
+    assert _begin(_supervisor(env)) is None
     events = (run_dir / "chain-300.tsv").read_text().splitlines()
     assert [e.split("\t")[3] for e in events] == ["standby", "start"]
     assert list(run_dir.glob("chain-300.tsv.stale-*"))
@@ -478,14 +467,13 @@ def test_continuation_drops_one_shot_options_and_keeps_the_chain_token(tmp_path:
     script = render_job(spec, load_site("sandbox"), where=Where(cwd=tmp_path)).script
     assert "#SBATCH --exclusive\n" in script
     assert "#SBATCH --hold" not in script and "#SBATCH --begin" not in script
-    (line,) = [ln for ln in script.split("\n") if ln.startswith("HPCJOBS_SBATCH_ARGS=(")]
-    assert "--exclusive" in line and "--hold" not in line and "--begin" not in line
-    env = _library_env(tmp_path, STUB_COMMENT="hpcjobs:0123abcd my sweep")
-    proc = _bash(f"{line}\nhpcjobs_continue preemption", env)
-    assert proc.returncode == 0, proc.stderr
-    (call,) = [
-        ln for ln in (tmp_path / "calls.log").read_text().splitlines() if ln.startswith("sbatch")
-    ]
+    policy = script_policy(script)
+    args = policy.sbatch_args
+    assert "--exclusive" in args and "--hold" not in args
+    assert not any(a.startswith("--begin") for a in args)
+    env = _job_env(tmp_path, STUB_COMMENT="hpcjobs:0123abcd my sweep")
+    _supervisor(env, policy).continue_chain("preemption")
+    (call,) = [ln for ln in _calls(tmp_path).splitlines() if ln.startswith("sbatch")]
     words = call.split(" ")
     assert "--exclusive" in words and "--comment=mine" not in words
     assert words.count("--dependency=afterany:300") == 1
@@ -493,7 +481,7 @@ def test_continuation_drops_one_shot_options_and_keeps_the_chain_token(tmp_path:
 
 
 def test_event_log_done_marker_and_job_logs_are_private(tmp_path: Path) -> None:
-    env = _library_env(tmp_path, HPCJOBS_CHAIN_ROOT="300")
+    env = _job_env(tmp_path, HPCJOBS_CHAIN_ROOT="300")
     run_dir = Path(env["HPCJOBS_RUN_DIR"])
     out, err = run_dir / "slurm-300.out", run_dir / "slurm-300.err"
     for path in (out, err):
@@ -510,8 +498,14 @@ def test_event_log_done_marker_and_job_logs_are_private(tmp_path: Path) -> None:
     decoy = tmp_path / "decoy"
     decoy.write_text("")
     decoy.chmod(0o644)
-    proc = _bash("umask 022\nhpcjobs_private_logs\nhpcjobs_event start - x\nhpcjobs_mark_done", env)
-    assert proc.returncode == 0, proc.stderr
+    sup = _supervisor(env)
+    old = os.umask(0o022)
+    try:
+        sup.private_logs()
+        sup.event("start", "-", "x")
+        sup.mark_done()
+    finally:
+        os.umask(old)
     assert out.stat().st_mode & 0o777 == 0o600 and err.stat().st_mode & 0o777 == 0o600
     assert decoy.stat().st_mode & 0o777 == 0o644  # a job name cannot point it elsewhere
     assert (run_dir / "chain-300.tsv").stat().st_mode & 0o777 == 0o600

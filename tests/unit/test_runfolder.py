@@ -1,11 +1,9 @@
 """Which run owns a checkpoint folder: fingerprints, the submit-time decision, and the job's own
-check at the start of every run (the bash library)."""
+check at the start of every run (the job's supervisor)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,15 +20,10 @@ from hpcjobs.jobs.runfolder import (
     prepare_run_folder,
     run_identity,
 )
-from hpcjobs.resources import templates_dir
 from hpcjobs.runner import LocalRunner
 from hpcjobs.script.jobspec import Where, parse_spec
 from hpcjobs.script.render import render_job
-
-LIBRARY = templates_dir() / "lib" / "requeue.bash"
-FAULTS = templates_dir() / "lib" / "faults.bash"
-#: The two libraries every batch script carries, in the script's order.
-SOURCE = f"source {LIBRARY}\nsource {FAULTS}"
+from tests.unit.test_requeue import _begin, _job_env, _supervisor
 
 
 def _identity(*command: str, env: dict[str, str] | None = None, workdir: str = "/w") -> dict:
@@ -233,26 +226,20 @@ def test_prepare_refuses_a_path_that_is_a_file(tmp_path: Path) -> None:
         _prepare(path, "true")
 
 
-# ---- the job's own check at the start of a run (bash library) ---------------------------------
+# ---- the job's own check at the start of a run (the supervisor) -------------------------------
 
 
-def _begin(tmp_path: Path, ckpt: Path, print_: str) -> subprocess.CompletedProcess[str]:
-    run_dir = tmp_path / "run"
-    env = {
-        "PATH": os.environ["PATH"],
-        "SLURM_JOB_ID": "41",
-        "HPCJOBS_RUN_DIR": str(run_dir),
-        "HPCJOBS_CHECKPOINT_DIR": str(ckpt),
-        "HPCJOBS_RUN_FINGERPRINT": print_,
-        "HPCJOBS_RUN_FILE": str(ckpt / RUN_FILE),
-    }
-    return subprocess.run(
-        ["bash", "-c", f"{SOURCE}\nhpcjobs_begin\necho RAN"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
+def _start(tmp_path: Path, ckpt: Path, print_: str) -> int | None:
+    """The start of a run of job 41 that is run ``print_``: None when the program starts, else
+    the job's exit code."""
+    env = _job_env(
+        tmp_path,
+        SLURM_JOB_ID="41",
+        HPCJOBS_CHECKPOINT_DIR=str(ckpt),
+        HPCJOBS_RUN_FINGERPRINT=print_,
+        HPCJOBS_RUN_FILE=str(ckpt / RUN_FILE),
     )
+    return _begin(_supervisor(env))
 
 
 def _events(tmp_path: Path) -> list[list[str]]:
@@ -262,8 +249,7 @@ def _events(tmp_path: Path) -> list[list[str]]:
 
 def test_job_claims_an_unclaimed_folder_and_runs(tmp_path: Path) -> None:
     ckpt = tmp_path / "ck"
-    proc = _begin(tmp_path, ckpt, MINE)
-    assert proc.returncode == 0 and "RAN" in proc.stdout
+    assert _start(tmp_path, ckpt, MINE) is None
     assert json.loads((ckpt / RUN_FILE).read_text())["fingerprint"] == MINE
     assert ckpt.stat().st_mode & 0o777 == 0o700
 
@@ -271,30 +257,33 @@ def test_job_claims_an_unclaimed_folder_and_runs(tmp_path: Path) -> None:
 def test_job_runs_in_its_own_folder(tmp_path: Path) -> None:
     ckpt = tmp_path / "ck"
     _prepare(ckpt, "python", "hello.py")
-    proc = _begin(tmp_path, ckpt, MINE)
-    assert proc.returncode == 0 and "RAN" in proc.stdout
+    assert _start(tmp_path, ckpt, MINE) is None
 
 
-def test_job_stops_when_another_run_took_its_folder(tmp_path: Path) -> None:
+def test_job_stops_when_another_run_took_its_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ckpt = tmp_path / "ck"
     _prepare(ckpt, "python", "train.py")
-    proc = _begin(tmp_path, ckpt, MINE)
-    assert proc.returncode == 1 and "RAN" not in proc.stdout
-    assert "belongs to another run" in proc.stderr
+    assert _start(tmp_path, ckpt, MINE) == 1
+    assert "belongs to another run" in capsys.readouterr().err
     event, cause, detail = _events(tmp_path)[-1]
     assert (event, cause) == ("end", "fail")
     assert detail.startswith("checkpoint folder owned by another run")
 
 
-def test_job_with_an_unusable_folder_fails_with_its_own_cause(tmp_path: Path) -> None:
+def test_job_with_an_unusable_folder_fails_with_its_own_cause(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    proc = _begin(tmp_path, blocker / "ck", MINE)
-    assert proc.returncode == 1 and "RAN" not in proc.stdout
-    assert "cannot use the checkpoint folder" in proc.stderr
+    assert _start(tmp_path, blocker / "ck", MINE) == 1
+    assert "cannot use the checkpoint folder" in capsys.readouterr().err
     event, cause, detail = _events(tmp_path)[-1]
     assert (event, cause) == ("end", "fail")
-    assert detail.startswith(f"checkpoint folder unusable: {blocker}/ck: mkdir:")
+    # The bash library gave mkdir's message ("mkdir: cannot create directory ..."); the
+    # supervisor gives the system's.
+    assert detail == f"checkpoint folder unusable: {blocker}/ck: Not a directory"
 
 
 # ---- the CLI: --dry-run makes the same decision; --fresh and --resume exclude each other ------

@@ -18,6 +18,7 @@ from hpcjobs import __version__
 from hpcjobs.errors import BadInputError
 from hpcjobs.jobs.records import find_record
 from hpcjobs.jobs.submission import parse_after, submit_rendered, take_option, with_offset
+from hpcjobs.jobs.supervisorapp import supervisor_app, supervisor_name
 from hpcjobs.runner import Result
 from hpcjobs.slurm.classify import SlurmCommandError
 from tests.fakes import FakeRunner, client_for, fail, ok
@@ -43,6 +44,7 @@ class Rendered:
     site_name: str
     output_dir: Path
     blocks: dict[str, str] = field(default_factory=dict)
+    supervisor: Path | None = None
 
 
 def _ids(start: int = 100) -> Any:
@@ -64,11 +66,16 @@ def _mode(path: Path) -> int:
 
 def test_plain_job_files_and_record(tmp_path: Path) -> None:
     out = tmp_path / "runs" / "sweep"
-    rendered = Rendered(SCRIPT, ["-J", "sweep", "-p", "batch"], Spec(), "sandbox", out)
+    supervisor = out / ".hpcjobs" / supervisor_name()
+    rendered = Rendered(
+        SCRIPT, ["-J", "sweep", "-p", "batch"], Spec(), "sandbox", out, supervisor=supervisor
+    )
     runner = _runner()
     result = submit_rendered(rendered, client=client_for(runner), index_dir=tmp_path / "index")
     assert result.job_ids == ["100"]
     assert result.script_path.read_text() == SCRIPT
+    # The script runs its supervisor from the output folder.
+    assert supervisor.read_bytes() == supervisor_app() and _mode(supervisor) == 0o600
     assert _mode(out) == 0o700 and _mode(out.parent) == 0o700
     assert _mode(result.script_path.parent) == 0o700
     for path in (result.script_path, result.record_path):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from hpcjobs.jobs.supervisorapp import supervisor_name
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,7 +27,8 @@ def test_wheel_renders_a_job_from_a_clean_venv(tmp_path: Path) -> None:
     (wheel,) = dist.glob("hpcjobs-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "hpcjobs/_data/templates/job.sh.j2" in names
-    assert "hpcjobs/_data/templates/lib/requeue.bash" in names
+    assert "hpcjobs/_data/templates/blocks/launch.sh.j2" in names
+    assert "hpcjobs/runtime/supervisor/supervise.py" in names  # the job's supervisor
     assert "hpcjobs/_data/site-configs/dgx-h100-ib.yaml" in names
 
     venv = tmp_path / "venv"
@@ -51,7 +54,10 @@ def test_wheel_renders_a_job_from_a_clean_venv(tmp_path: Path) -> None:
     assert render.returncode == 0, render.stderr
     assert render.stdout.startswith("#!/bin/bash")
     assert "NCCL_IB_HCA" in render.stdout
-    assert "hpcjobs_finish" in render.stdout  # the requeue library came from the wheel
+    # The launch block came from the wheel, and the supervisor built from the installed
+    # package is the same archive as the one built from the sources.
+    assert '--policy "$hpcjobs_policy"' in render.stdout
+    assert f"/.hpcjobs/{supervisor_name()}" in render.stdout
     sites = subprocess.run(
         [str(venv / "bin" / "hpcjobs"), "site", "list"],
         cwd=elsewhere,

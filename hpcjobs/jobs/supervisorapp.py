@@ -1,0 +1,69 @@
+"""The job's supervisor as one file: a zipapp of :mod:`hpcjobs.runtime.supervisor`.
+
+``hpcjobs submit`` writes it next to the job's output, at :func:`supervisor_path`, and the
+batch script runs it with the site's ``python3``: nothing of hpcjobs has to be installed on the
+compute nodes. Its name holds a hash of its content, so a job that is still running keeps the
+supervisor it was submitted with when a newer hpcjobs submits another job into the same folder.
+The archive is the same bytes for the same sources (fixed time stamps, sorted entries).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import zipfile
+from pathlib import Path
+
+from hpcjobs.jobs.records import FileStore, LocalFiles
+
+#: Where supervisors are kept, under a job's output folder.
+FOLDER = ".hpcjobs"
+#: The package name inside the archive (not "supervisor": a node may have supervisord's).
+PACKAGE = "hpcjobs_supervisor"
+_MAIN = f"import sys\n\nfrom {PACKAGE}.cli import main\n\nsys.exit(main(sys.argv[1:]))\n"
+_STAMP = (1980, 1, 1, 0, 0, 0)
+
+
+@functools.cache
+def supervisor_app() -> bytes:
+    """The zipapp's bytes."""
+    import hpcjobs.runtime.supervisor as package
+
+    source = Path(package.__file__).parent
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        entries = [("__main__.py", _MAIN.encode())]
+        entries += [
+            (f"{PACKAGE}/{path.name}", path.read_bytes())
+            for path in sorted(source.glob("*.py"))
+            if path.name != "__main__.py"
+        ]
+        for name, data in entries:
+            info = zipfile.ZipInfo(name, _STAMP)
+            info.external_attr = 0o600 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data)
+    return buffer.getvalue()
+
+
+def supervisor_name() -> str:
+    """The zipapp's file name: ``supervisor-<first 16 hex digits of its SHA-256>.pyz``."""
+    return f"supervisor-{hashlib.sha256(supervisor_app()).hexdigest()[:16]}.pyz"
+
+
+def supervisor_path(output_dir: str | Path) -> Path:
+    """Where the batch script of a job writing to ``output_dir`` finds its supervisor."""
+    return Path(output_dir) / FOLDER / supervisor_name()
+
+
+def write_supervisor(path: Path, files: FileStore | None = None) -> Path:
+    """Write the supervisor to ``path`` (its folder is created private), through ``files``
+    (default: this machine; a remote submission passes its SSH runner). Returns ``path``."""
+    store = files or LocalFiles()
+    store.makedirs(str(path.parent))
+    store.write_bytes(str(path), supervisor_app())
+    return path
+
+
+__all__ = ["FOLDER", "supervisor_app", "supervisor_name", "supervisor_path", "write_supervisor"]

@@ -1,0 +1,302 @@
+"""The node agent: one per node of a run, in a job step of its own (one task per node).
+
+The ranks report their progress on node-local storage (``$HPCJOBS_PROGRESS_DIR`` is
+``<node tmp>/<node>``, the contract in :mod:`hpcjobs.runtime.progress`): one small write per step
+that the shared file system never sees. Every few seconds the agent reads its node's reports and
+writes, in the chain's shared progress folder,
+
+- ``node-<node>``: the summary the supervisor's stall watch reads, replaced atomically: a first
+  line ``<unix time> <node> <job id>``, then ``<rank> <step> <seconds since the step changed>``
+  per rank;
+- ``node-<node>.log``: the progress history ``hpcjobs report`` reads, appended once per cycle:
+  each line of the ranks' own logs since the last cycle with the rank in front
+  (``<rank> <unix time> <step> [<host>]``, ``<rank> <unix time> save <seconds>``), and for a
+  rank that keeps no log its newest step, ``<rank> <unix time> <step> <node>``; past
+  :data:`LOG_LIMIT` every other step line of each rank is dropped;
+
+and, where ``nvidia-smi`` exists, samples the node's GPUs into ``gpu-<root>/<node>.csv``. So the
+shared folder sees a few metadata operations per node every few seconds, whatever the number of
+ranks or their step rate. On SIGTERM (the supervisor ends the step) it writes once more and
+removes its node-local folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from typing import NamedTuple
+
+#: The node history grows to about this many bytes before every other line is dropped.
+LOG_LIMIT = 4 << 20
+#: The node-local folder under which each node's ranks report (set by the supervisor).
+ENV_NODE_TMP = "HPCJOBS_NODE_TMP"
+#: The agents' job step name (the stall watch never kills it).
+AGENT_STEP = "hpcjobs-agent"
+
+
+def node_name() -> str:
+    """The Slurm node this process runs on."""
+    name = os.environ.get("SLURMD_NODENAME", "")
+    return name or os.uname().nodename.split(".")[0]
+
+
+class _Rank:
+    __slots__ = ("forwarded", "has_log", "log_inode", "log_offset", "seen", "sent_until", "step")
+
+    def __init__(self) -> None:
+        self.step = -1
+        self.seen = 0.0  # monotonic time the step changed
+        self.forwarded = -1  # the newest step written to the history (ranks without a log)
+        self.has_log = False
+        self.log_offset = 0
+        self.log_inode = 0
+        self.sent_until = 0.0  # the time of the newest line of its log sent to the history
+
+
+class Agent:
+    """The agent of one node (see the module docs)."""
+
+    def __init__(
+        self,
+        local: str,
+        shared: str,
+        every: float,
+        gpu_every: int = 0,
+        gpu_query: str = "",
+        gpu_dir: str = "",
+    ) -> None:
+        self.local = local
+        self.shared = shared
+        self.every = every
+        self.gpu_every = gpu_every
+        self.gpu_query = gpu_query
+        self.gpu_dir = gpu_dir
+        self.node = node_name()
+        self.job = os.environ.get("SLURM_JOB_ID", "0")
+        self.ranks: dict[int, _Rank] = {}
+        self.started = time.time()
+        self.stop = threading.Event()
+        self.next_gpu = 0.0
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: self.stop.set())
+        # The warning signal reaches every process of the job's steps: it is not for the agent.
+        for name in ("SIGUSR1", "SIGUSR2"):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+        old = os.umask(0o077)
+        try:
+            os.makedirs(self.local, exist_ok=True)
+            while True:
+                self.cycle()
+                if self.stop.wait(self.every):
+                    break
+            self.cycle()
+        finally:
+            os.umask(old)
+            shutil.rmtree(self.local, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(self.local))  # the last node on this host
+        return 0
+
+    def cycle(self) -> None:
+        """Read the node's reports once; write the summary, the history and a GPU sample."""
+        now_mono, now_wall = time.monotonic(), time.time()
+        history: list[str] = []
+        try:
+            entries = list(os.scandir(self.local))
+        except OSError:
+            entries = []
+        for entry in entries:
+            name = entry.name
+            if not name.startswith("rank-"):
+                continue
+            if name.endswith(".log"):
+                number = name[len("rank-") : -len(".log")]
+                if number.isdigit():
+                    history += self._forward_log(int(number), entry)
+                continue
+            number = name[len("rank-") :]
+            if number.isdigit():
+                self._read_step(int(number), entry, now_mono)
+        for rank, state in sorted(self.ranks.items()):
+            # A rank without a log of its own: its newest step, once per cycle.
+            if not state.has_log and state.step > state.forwarded:
+                when = now_wall - (now_mono - state.seen)
+                history.append(f"{rank} {when:.3f} {state.step} {self.node}\n")
+                state.forwarded = state.step
+        self._write_summary(now_mono, now_wall)
+        if history:
+            self._append_history(history)
+        if self.gpu_every and now_mono >= self.next_gpu:
+            self.next_gpu = now_mono + self.gpu_every
+            self._sample_gpus()
+
+    def _read_step(self, rank: int, entry: os.DirEntry[str], now: float) -> None:
+        try:
+            if entry.stat().st_mtime < self.started - 1:
+                return  # left by an earlier run on this node
+            with open(entry.path, encoding="utf-8", errors="replace") as handle:
+                words = handle.readline().split()
+        except OSError:
+            return
+        if not words or not words[0].isdigit():
+            return
+        state = self.ranks.setdefault(rank, _Rank())
+        step = int(words[0])
+        if step != state.step:
+            state.step, state.seen = step, now
+
+    def _forward_log(self, rank: int, entry: os.DirEntry[str]) -> list[str]:
+        """What a rank logged since the last cycle (its own log, kept by ProgressWriter), with
+        the rank in front, for the history: every step and every checkpoint, in one append per
+        cycle. A log the writer thinned (a new file) is read again from the last line sent."""
+        state = self.ranks.setdefault(rank, _Rank())
+        state.has_log = True
+        try:
+            info = entry.stat()
+            if info.st_ino != state.log_inode or info.st_size < state.log_offset:
+                state.log_inode, state.log_offset = info.st_ino, 0  # new, or thinned
+            with open(entry.path, "rb") as handle:
+                handle.seek(state.log_offset)
+                data = handle.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1
+        state.log_offset += end
+        lines = []
+        for raw in data[:end].decode("utf-8", "replace").splitlines():
+            words = raw.split()
+            try:
+                when = float(words[0]) if len(words) >= 2 else None
+            except ValueError:
+                when = None
+            if when is None or when <= state.sent_until:
+                continue
+            state.sent_until = when
+            lines.append(f"{rank} {' '.join(words[:4])}\n")
+        return lines
+
+    def _write_summary(self, now_mono: float, now_wall: float) -> None:
+        lines = [f"{now_wall:.3f} {self.node} {self.job}\n"]
+        for rank, state in sorted(self.ranks.items()):
+            if state.step >= 0:
+                lines.append(f"{rank} {state.step} {now_mono - state.seen:.1f}\n")
+        path = os.path.join(self.shared, f"node-{self.node}")
+        tmp = os.path.join(self.shared, f".node-{self.node}.tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write("".join(lines))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+
+    def _append_history(self, lines: list[str]) -> None:
+        path = os.path.join(self.shared, f"node-{self.node}.log")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, "".join(lines).encode())
+            finally:
+                os.close(fd)
+            if os.path.getsize(path) > LOG_LIMIT:
+                self._thin(path)
+        except OSError:
+            pass
+
+    def _thin(self, path: str) -> None:
+        """Keep every other step line of each rank (its first and last kept) and every save."""
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+        steps: dict[str, list[int]] = {}
+        for index, line in enumerate(lines):
+            words = line.split()
+            if len(words) >= 3 and words[2] != "save":
+                steps.setdefault(words[0], []).append(index)
+        keep = set()
+        for indexes in steps.values():
+            keep.update(indexes[::2])
+            keep.add(indexes[-1])
+        kept = [x for i, x in enumerate(lines) if i in keep or " save " in x]
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write("".join(x + "\n" for x in kept))
+        os.replace(tmp, path)
+
+    def _sample_gpus(self) -> None:
+        """One ``nvidia-smi --query-gpu`` sample appended to ``<gpu dir>/<node>.csv``."""
+        if not self.gpu_query or not self.gpu_dir or not shutil.which("nvidia-smi"):
+            return
+        argv = ["nvidia-smi", "--query-gpu=" + self.gpu_query, "--format=csv,noheader,nounits"]
+        try:
+            out = subprocess.run(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30
+            ).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return
+        if not out:
+            return
+        path = os.path.join(self.gpu_dir, f"{self.node}.csv")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, out)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+
+class Summary(NamedTuple):
+    node: str
+    job: str
+    age: float  #: seconds since the agent wrote it (infinite when unreadable)
+    ranks: dict[int, tuple[int, float]]  #: rank -> (step, seconds since it changed, as of now)
+
+
+def read_summary(text: str, now: float) -> Summary:
+    """A node summary as of ``now`` (epoch seconds); malformed lines are skipped."""
+    lines = text.splitlines()
+    head = lines[0].split() if lines else []
+    try:
+        written, node, job = float(head[0]), head[1], head[2]
+    except (IndexError, ValueError):
+        return Summary("", "", float("inf"), {})
+    age = max(0.0, now - written)
+    ranks: dict[int, tuple[int, float]] = {}
+    for line in lines[1:]:
+        words = line.split()
+        if len(words) == 3 and words[0].isdigit() and words[1].isdigit():
+            try:
+                ranks[int(words[0])] = (int(words[1]), float(words[2]) + age)
+            except ValueError:
+                continue
+    return Summary(node, job, age, ranks)
+
+
+def split_history(text: str) -> dict[int, str]:
+    """A node history as each rank's own log text (rank -> the lines without the rank, in the
+    format of a rank's log, :mod:`hpcjobs.runtime.progress`)."""
+    out: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        rank, _, rest = line.partition(" ")
+        if rank.isdigit() and rest:
+            out.setdefault(int(rank), []).append(rest)
+    return {rank: "\n".join(lines) + "\n" for rank, lines in out.items()}
+
+
+def local_dir(node: str = "", base: str = "") -> str:
+    """A node's progress folder, ``<node tmp>/<node>`` (``base`` defaults to
+    ``$HPCJOBS_NODE_TMP``; the rank wrapper in the batch script sets ``HPCJOBS_PROGRESS_DIR``
+    to the same)."""
+    return os.path.join(base or os.environ.get(ENV_NODE_TMP, "/tmp"), node or node_name())
+
+
+def interval(stall_timeout: int) -> float:
+    """Seconds between an agent's cycles: a quarter of the stall timeout, 1 to 5 s."""
+    return 5.0 if stall_timeout <= 0 else max(1.0, min(5.0, stall_timeout / 4))

@@ -1,0 +1,63 @@
+"""The supervisor's command line.
+
+``python3 supervisor.pyz --script "$0" --policy JSON -- LAUNCHER...`` supervises one run of a
+job (:mod:`.supervise`) and exits with the job's exit code; ``python3 supervisor.pyz agent
+--shared DIR --every S ...`` is a node agent (:mod:`.agent`), one per node of the run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["agent"]:
+        return _agent(argv[1:])
+    import argparse
+
+    from .policy import parse
+    from .supervise import Supervisor
+
+    parser = argparse.ArgumentParser(prog="hpcjobs-supervisor", allow_abbrev=False)
+    parser.add_argument("--script", required=True, help="the batch script ($0)")
+    parser.add_argument("--policy", required=True, help="the job's policy (JSON)")
+    parser.add_argument("launch", nargs=argparse.REMAINDER, help="-- the step's launcher")
+    args = parser.parse_args(argv)
+    launch = args.launch[1:] if args.launch[:1] == ["--"] else args.launch
+    if not launch:
+        parser.error("no launcher after --")
+    try:
+        policy = parse(args.policy)
+    except ValueError as exc:
+        sys.stderr.write(f"hpcjobs: the job's supervisor cannot read its policy: {exc}\n")
+        return 2
+    return Supervisor(policy, args.script, launch, program=_program()).main()
+
+
+def _program() -> list[str]:
+    """How the agents run this program on every node: the site's python3 (``HPCJOBS_PYTHON``)
+    and this zipapp, or this module where hpcjobs is installed."""
+    python = os.environ.get("HPCJOBS_PYTHON") or "python3"
+    me = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if me.endswith(".pyz"):
+        return [python, me]
+    return [python, "-m", "hpcjobs.runtime.supervisor"]
+
+
+def _agent(argv: list[str]) -> int:
+    import argparse
+
+    from .agent import Agent, local_dir
+
+    parser = argparse.ArgumentParser(prog="hpcjobs-supervisor agent", allow_abbrev=False)
+    parser.add_argument("--shared", required=True, help="the chain's progress folder")
+    parser.add_argument("--every", type=float, default=5.0, help="seconds between cycles")
+    parser.add_argument("--gpu-every", type=int, default=0, help="seconds between GPU samples")
+    parser.add_argument("--gpu-query", default="", help="nvidia-smi --query-gpu fields")
+    parser.add_argument("--gpu-dir", default="", help="where <node>.csv goes")
+    args = parser.parse_args(argv)
+    agent = Agent(
+        local_dir(), args.shared, args.every, args.gpu_every, args.gpu_query, args.gpu_dir
+    )
+    return agent.run()

@@ -1,0 +1,197 @@
+"""The supervisor's decisions as pure functions: what Slurm and the run say -> what happens.
+
+Nothing here reads a file or asks Slurm; :mod:`.supervise` gathers the facts and acts on the
+answer. ``tests/unit/test_decide.py`` holds the table these functions must match, and
+docs/requeue.md shows it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .causes import APPLICATION, CANCELLED, FINISHED, NODE_FAILURE, PREEMPTION, TIMEOUT
+
+#: Slurm states in which a job has not ended yet ('scontrol show job'; an ending job shows
+#: COMPLETING whatever ended it).
+NOT_ENDED = frozenset(
+    {
+        "",
+        "COMPLETING",
+        "RUNNING",
+        "PENDING",
+        "CONFIGURING",
+        "SUSPENDED",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+    }
+)
+
+#: How much later than the warning lead time a warning may come and still mean "the time
+#: limit is near" (Slurm sends it within a minute of the lead time; the rest is margin).
+TIMEOUT_MARGIN_S = 120
+
+
+def has_ended(state: str) -> bool:
+    """Whether ``state`` (its first word) is a job's final state: CANCELLED, NODE_FAIL, ..."""
+    word = state.split(" ", 1)[0] if state else ""
+    return word not in NOT_ENDED and not word.startswith("REQUEUE")
+
+
+def requeue_cause(state: str, signal: str = "") -> str:
+    """The cause of a requeue Slurm did by itself, from accounting's state of the run it ended.
+
+    PREEMPTED: the grace time ran out before the job ended. NODE_FAIL, an admin's requeue or no
+    record: node failure (a warning signal before it still means a preemption)."""
+    word = state.split(" ", 1)[0] if state else ""
+    if word == "PREEMPTED":
+        return PREEMPTION
+    if word == "NODE_FAIL":
+        return NODE_FAILURE
+    return PREEMPTION if signal == "warning" else NODE_FAILURE
+
+
+def standby_cause(state: str) -> str | None:
+    """Why the run a standby stood by for ended, from its final state; None: it was cancelled
+    (the standby must not run)."""
+    word = state.split(" ", 1)[0] if state else ""
+    if word in ("NODE_FAIL", "BOOT_FAIL"):
+        return NODE_FAILURE
+    if word == "PREEMPTED":
+        return PREEMPTION
+    if word in ("TIMEOUT", "DEADLINE"):
+        return TIMEOUT
+    if word.startswith("CANCELLED"):
+        return None
+    return "infrastructure"
+
+
+class EndFacts(NamedTuple):
+    """What is known when the launcher has exited (see :func:`end_cause`)."""
+
+    rc: int  #: the launcher's exit code (128 + N when a signal N killed it)
+    signal: str  #: "" | "term" (a plain SIGTERM) | "warning" (the warning signal)
+    requeued_state: str | None  #: Slurm requeued the job itself: its run's accounting state
+    node_failed: bool  #: JobState=NODE_FAIL or Reason=NodeDown, or srun named a failed node
+    preempted: bool  #: PreemptTime is set
+    cancelled: bool  #: Slurm (or accounting) says CANCELLED
+    time_left: int | None  #: seconds left before the time limit (asked on a warning only)
+    lead: int  #: the warning's lead time
+
+
+def end_cause(facts: EndFacts) -> str:
+    """How a run ended: ``requeued_<cause>`` (Slurm requeued it itself), a requeue cause,
+    ``cancelled``, or ``none`` (finished). A crash (``application``) is classified further by
+    the caller (infrastructure or application)."""
+    if facts.requeued_state is not None:
+        return "requeued_" + requeue_cause(facts.requeued_state, facts.signal)
+    if facts.node_failed:
+        return NODE_FAILURE
+    if facts.preempted:
+        return PREEMPTION
+    if facts.cancelled:
+        return CANCELLED
+    if facts.signal == "warning":
+        if facts.time_left is not None and facts.time_left <= facts.lead + TIMEOUT_MARGIN_S:
+            return TIMEOUT
+        return PREEMPTION  # the warning signal sent by hand: checkpoint and come back
+    if facts.signal == "term":
+        return CANCELLED
+    return FINISHED if facts.rc == 0 else APPLICATION
+
+
+class Verdict(NamedTuple):
+    """What becomes of a chain after a run that ended for a requeue cause."""
+
+    goes_on: bool
+    #: The end event's detail when it does not go on.
+    reason: str = ""
+
+
+def budget_verdict(
+    cause: str, used: int, allowed: int, total: int, max_total: int | None, rc: int = 0
+) -> Verdict:
+    """Whether one more requeue for ``cause`` is allowed, ``used`` of its ``allowed`` and
+    ``total`` of ``max_total`` (None: no limit) having been spent before it."""
+    if max_total is not None and total >= max_total:
+        return Verdict(False, f"requeue budget exhausted: {total}/{max_total} requeues in total")
+    if used >= allowed:
+        if allowed == 0 and cause == APPLICATION:
+            return Verdict(False, f"application failed with exit code {rc} (not requeued)")
+        return Verdict(False, f"requeue budget for {cause} exhausted: {used}/{allowed}")
+    return Verdict(True)
+
+
+def exit_code(cause: str, rc: int, goes_on: bool) -> int:
+    """The job's own exit code: 0 when the chain goes on or finished, else the program's
+    (1 if it exited 0, 143 for a cancel that left none)."""
+    if cause == FINISHED or goes_on:
+        return 0
+    if cause == CANCELLED:
+        return rc or 143
+    return rc or 1
+
+
+def exclusion_limit(max_excluded: int, room: int | None) -> int:
+    """How many nodes a chain may exclude: ``max_excluded``, and never more than ``room`` (the
+    partition's nodes minus the job's, when known), so that the job still fits."""
+    return max(max_excluded if room is None else min(max_excluded, room), 0)
+
+
+def excluded_after(current: list[str], new: list[str], limit: int) -> tuple[list[str], list[str]]:
+    """The chain's exclusions after adding ``new`` nodes (newest last), at most ``limit``:
+    (kept, released), the oldest released first."""
+    nodes = [n for n in current if n]
+    for node in new:
+        if node:
+            nodes = [n for n in nodes if n != node] + [node]
+    cut = max(len(nodes) - limit, 0)
+    return nodes[cut:], nodes[:cut]
+
+
+class Stall(NamedTuple):
+    """A stalled rank as the stall watch found it."""
+
+    rank: int
+    step: int
+    idle: int  #: seconds since its step last changed
+    tied: int  #: other ranks at the same step, reported within 2 s of it
+
+
+def find_stall(
+    steps: dict[int, int], seen: dict[int, float], now: float, timeout: float
+) -> Stall | None:
+    """The stalled rank, if any: the rank with the lowest step (the oldest report among
+    equals), when its step has not changed for more than ``timeout`` s. ``steps`` and ``seen``
+    map each rank that reported during this run to its step and when that step was first seen."""
+    if not seen:
+        return None
+    oldest = min(seen, key=lambda r: (steps[r], seen[r]))
+    idle = now - seen[oldest]
+    if idle <= timeout:
+        return None
+    tied = sum(
+        1 for r in seen if r != oldest and steps[r] == steps[oldest] and seen[r] - seen[oldest] <= 2
+    )
+    return Stall(oldest, steps[oldest], int(idle), tied)
+
+
+def seconds(text: str) -> int | None:
+    """Slurm's ``D-HH:MM:SS``, ``HH:MM:SS``, ``MM:SS`` or ``SS`` in seconds (None otherwise:
+    UNLIMITED, NOT_SET, empty)."""
+    text = text.strip()
+    if not text[:1].isdigit():
+        return None
+    days = 0
+    if "-" in text:
+        head, text = text.split("-", 1)
+        if not head.isdigit():
+            return None
+        days = int(head)
+    parts = text.split(":")
+    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        return None
+    values = [0] * (3 - len(parts)) + [int(p) for p in parts]
+    return days * 86400 + values[0] * 3600 + values[1] * 60 + values[2]

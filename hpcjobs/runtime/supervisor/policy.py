@@ -1,0 +1,61 @@
+"""What the batch script tells its supervisor: the job's requeue and fault policy.
+
+The renderer writes it into the script as one JSON object (``--policy``); its fields are the
+site config's ``requeue`` and ``faults`` sections as the job resolved them. Unknown fields are
+refused, so that a script and a supervisor of different hpcjobs releases never half-agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from .causes import CAUSES
+
+#: The policy format this supervisor reads.
+FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    signal: str = "USR2"  #: the warning signal, without SIG
+    lead: int = 300  #: seconds before the time limit it comes
+    #: The signals forwarded to the step.
+    forward: list[str] = dataclasses.field(default_factory=lambda: ["USR2", "TERM"])
+    #: Requeues allowed per cause (a cause left out allows none).
+    budgets: dict[str, int] = dataclasses.field(default_factory=dict)
+    max_total: int | None = None  #: requeues allowed in total (None: no limit)
+    standby: bool = True  #: keep a standby (False for --no-requeue)
+    stall_timeout: int = 0  #: seconds without progress that make a stall (0: no watch)
+    stall_grace: int = 10  #: seconds a stalled run gets to checkpoint
+    max_excluded: int = 8  #: nodes a chain excludes at most
+    health_check: str = ""  #: shell command run on a suspect before it is excluded
+    health_timeout: int = 60
+    #: The site's infrastructure signatures (grep -E), searched after hpcjobs' own.
+    patterns: list[str] = dataclasses.field(default_factory=list)
+    #: The sbatch options a continuation is submitted with.
+    sbatch_args: list[str] = dataclasses.field(default_factory=list)
+
+
+def parse(text: str) -> Policy:
+    """The policy in ``text`` (JSON); ValueError when it is not one this supervisor reads."""
+    data: Any = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("the policy is not a JSON object")
+    if data.pop("format", None) != FORMAT:
+        raise ValueError(f"the policy is not in format {FORMAT}")
+    known = {f.name for f in dataclasses.fields(Policy)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown policy field(s): {', '.join(unknown)}")
+    budgets = data.get("budgets", {})
+    if not isinstance(budgets, dict) or set(budgets) - set(CAUSES):
+        raise ValueError(f"budgets name causes other than {', '.join(CAUSES)}")
+    return Policy(**data)
+
+
+def dump(policy: Policy) -> str:
+    """``policy`` as the JSON text :func:`parse` reads (one line, keys sorted)."""
+    body = dict(dataclasses.asdict(policy), format=FORMAT)
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,142 @@
+"""The Slurm commands the supervisor runs from inside the job, as argv lists.
+
+Only the standard library: the job runs where hpcjobs may not be installed. Every call has a
+timeout; a command that the cancel's SIGTERM killed (Slurm signals every process of the job)
+is run once more, so that a cancel never turns into a wrong answer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+
+class Result(NamedTuple):
+    rc: int
+    out: str
+    err: str
+
+
+def field(info: str, key: str) -> str:
+    """The value of ``KEY=`` in ``scontrol show`` output. The last one wins, so a job name
+    holding `` KEY=...`` cannot fake it; a key that only ends another one (NodeList in
+    ReqNodeList) does not count."""
+    found = re.findall(rf"(?:^|\s){re.escape(key)}=(\S*)", info)
+    return found[-1] if found else ""
+
+
+def line_value(info: str, key: str) -> str:
+    """The value of a ``KEY=`` that has a line of its own (StdOut=, StdErr=: paths may hold
+    spaces)."""
+    for line in info.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(key + "=") and line[:1].isspace():
+            return stripped[len(key) + 1 :]
+    return ""
+
+
+class Slurm:
+    """Runs Slurm's commands for one job's supervisor, with ``env`` (default: its own)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = env
+
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float = 20,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Result:
+        for _ in range(2):
+            try:
+                proc = subprocess.run(
+                    list(argv),
+                    capture_output=True,
+                    stdin=subprocess.DEVNULL,
+                    timeout=timeout,
+                    cwd=cwd,
+                    env=dict(env if env is not None else self.env or os.environ),
+                )
+            except FileNotFoundError:
+                return Result(127, "", f"{argv[0]}: not found")
+            except subprocess.TimeoutExpired:
+                return Result(124, "", f"{argv[0]}: timed out after {timeout} s")
+            except OSError as exc:
+                return Result(126, "", f"{argv[0]}: {exc}")
+            if proc.returncode != -signal.SIGTERM:
+                break
+        out = proc.stdout.decode("utf-8", "replace")
+        err = proc.stderr.decode("utf-8", "replace")
+        return Result(proc.returncode, out, err)
+
+    def show_job(self, job: str) -> str:
+        result = self.run(["scontrol", "show", "job", job])
+        return result.out if result.rc == 0 else ""
+
+    def hostnames(self, hostlist: str) -> list[str]:
+        if not hostlist or hostlist == "(null)":
+            return []
+        return self.run(["scontrol", "show", "hostnames", hostlist]).out.split()
+
+    def node_addr(self, node: str) -> str:
+        return field(self.run(["scontrol", "show", "node", node]).out, "NodeAddr")
+
+    def partition_nodes(self, partition: str) -> int | None:
+        info = self.run(["scontrol", "show", "partition", partition, "-o"]).out
+        total = field(info, "TotalNodes")
+        return int(total) if total.isdigit() else None
+
+    def acct_state(self, job: str) -> str:
+        """``job``'s final state in accounting (its newest run), or ""."""
+        out = self.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"], timeout=10).out
+        lines = out.strip().splitlines()
+        return lines[-1].split(" ", 1)[0] if lines else ""
+
+    def acct_runs(self, job: str) -> list[tuple[str, str]]:
+        """(state, end) of every run of ``job`` in accounting, the first run first."""
+        out = self.run(["sacct", "-n", "-X", "-D", "-P", "-j", job, "-o", "State,End"]).out
+        runs = []
+        for line in out.splitlines():
+            state, _, end = line.partition("|")
+            runs.append((state, end))
+        return runs
+
+    def acct_last(self, job: str) -> tuple[str, str, str]:
+        """(state, end, nodes) of ``job``'s newest run in accounting."""
+        out = self.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State,End,NodeList"]).out
+        lines = out.strip().splitlines()
+        if not lines:
+            return "", "", ""
+        parts = ([*lines[-1].split("|"), "", "", ""])[:3]
+        return parts[0].split(" ", 1)[0], parts[1], parts[2]
+
+    def queue_value(self, job: str, fmt: str, steps: bool = False) -> list[str]:
+        argv = ["squeue", "-h", "-j", job, "-o", fmt] + (["-s"] if steps else [])
+        return self.run(argv).out.splitlines()
+
+    def node_states(self, nodes: str) -> list[tuple[str, str]]:
+        out = self.run(["sinfo", "-h", "-N", "-n", nodes, "-o", "%N %T"]).out
+        pairs = []
+        for line in out.splitlines():
+            words = line.split()
+            if len(words) == 2:
+                pairs.append((words[0], words[1]))
+        return pairs
+
+    def cancel(self, job: str, signal_name: str = "") -> bool:
+        argv = ["scancel", "--quiet"] + (["--signal=" + signal_name] if signal_name else [])
+        return self.run([*argv, job]).rc == 0
+
+    def update(self, job: str, setting: str) -> bool:
+        return self.run(["scontrol", "update", "jobid=" + job, setting]).rc == 0
+
+    def requeue(self, job: str) -> bool:
+        return self.run(["scontrol", "requeue", job]).rc == 0
+
+    def submit(self, argv: Sequence[str], cwd: str, env: dict[str, str]) -> Result:
+        return self.run(["sbatch", "--parsable", *list(argv)], timeout=60, cwd=cwd, env=env)

@@ -1,0 +1,120 @@
+"""The stall watch: ends a run whose ranks stopped advancing (docs/requeue.md, "Stalls").
+
+It reads the node agents' summaries (``node-<node>`` in the chain's progress folder, see
+:mod:`.agent`) once per agent cycle: O(nodes) reads, whatever the number of ranks. A rank whose
+step has not changed for the stall timeout is stalled (:func:`.decide.find_stall`); the run gets
+the warning signal, the grace time to checkpoint, and then its steps are killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+from .agent import read_summary
+from .decide import Stall, find_stall
+
+#: A summary this many agent cycles old (plus a margin) no longer counts: its node's ranks are
+#: not judged until their agent writes again.
+STALE_CYCLES = 3
+
+
+class StallWatch:
+    """Watches one run's step (``child``) from a thread."""
+
+    def __init__(
+        self,
+        folder: str,
+        job: str,
+        timeout: int,
+        every: float,
+        grace: int,
+        warning: str,
+        child: subprocess.Popen[bytes],
+        log: Callable[[str], None],
+        kill_steps: Callable[[], None],
+    ) -> None:
+        self.folder = folder
+        self.job = job
+        self.timeout = timeout
+        self.every = every
+        self.grace = grace
+        self.warning = warning
+        self.child = child
+        self.log = log
+        self.kill_steps = kill_steps
+        #: What the watch found: (the suspect node, "" when nobody is blamed; the stall).
+        self.found: tuple[str, Stall] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stall-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        steps: dict[int, int] = {}
+        seen: dict[int, float] = {}
+        node_of: dict[int, str] = {}
+        while not self._stop.wait(self.every):
+            if self.child.poll() is not None:
+                return
+            now, wall = time.monotonic(), time.time()
+            fresh: set[int] = set()
+            for path in glob.glob(os.path.join(glob.escape(self.folder), "node-*")):
+                if path.endswith((".log", ".tmp")):
+                    continue
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as handle:
+                        summary = read_summary(handle.read(), wall)
+                except OSError:
+                    continue
+                if summary.job != self.job or summary.age > STALE_CYCLES * self.every + 10:
+                    continue
+                for rank, (step, idle) in summary.ranks.items():
+                    fresh.add(rank)
+                    if steps.get(rank) != step:
+                        steps[rank], seen[rank], node_of[rank] = step, now - idle, summary.node
+            judged = {r: steps[r] for r in fresh}
+            found = find_stall(judged, {r: seen[r] for r in fresh}, now, self.timeout)
+            if found is not None:
+                node = "" if found.tied else node_of.get(found.rank, "")
+                self.found = (node, found)
+                self._end(found, node)
+                return
+
+    def _end(self, found: Stall, node: str) -> None:
+        warning = "SIG" + self.warning
+        if found.tied:
+            self.log(
+                f"stall: rank {found.rank} and {found.tied} other rank(s) have been at step "
+                f"{found.step} for {found.idle} s (tied: no node is blamed); sending {warning}, "
+                f"ending the step in {self.grace} s"
+            )
+        else:
+            where = f" (node {node})" if node else ""
+            self.log(
+                f"stall: rank {found.rank} has been at step {found.step} for {found.idle} s"
+                f"{where}; sending {warning}, ending the step in {self.grace} s"
+            )
+        with contextlib.suppress(OSError):
+            self.child.send_signal(getattr(signal, warning))
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline:
+            if self.child.poll() is not None:
+                return
+            time.sleep(0.2)
+        self.kill_steps()
+        time.sleep(3)
+        with contextlib.suppress(OSError):
+            self.child.kill()

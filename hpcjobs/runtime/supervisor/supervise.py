@@ -1,0 +1,1096 @@
+"""The job's supervisor: it runs on the batch host, in place of the batch shell, and owns what
+happens between the job's start and its end (docs/requeue.md, "The supervisor").
+
+- **begin**: the chain this run belongs to, the checkpoint folder's owner, how the run before
+  ended when nobody could say (a standby's takeover, Slurm's own requeue), the budgets, the
+  hand-off off excluded nodes, and a standby for this run;
+- **run**: launch the step, forward the warning signal and SIGTERM to it, watch for a stall;
+- **finish**: classify how the run ended (:mod:`.decide`), and finish, fail, or continue the
+  chain from its last checkpoint, with a standby or a new job, without the nodes at fault.
+
+Everything it decides is logged in the chain's event log (:mod:`.eventlog`). Only the standard
+library: the job runs where hpcjobs may not be installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from . import decide
+from .agent import AGENT_STEP, ENV_NODE_TMP, local_dir, node_name
+from .agent import interval as agent_interval
+from .causes import (
+    APPLICATION,
+    CANCELLED,
+    FINISHED,
+    INFRASTRUCTURE,
+    NODE_FAILURE,
+    PREEMPTION,
+    STALL,
+)
+from .eventlog import EventLog
+from .policy import Policy
+from .signatures import all_patterns
+from .slurm import Slurm, field, line_value
+from .stall import StallWatch
+
+#: At most this much of the job's stderr is read to classify a run's end.
+STDERR_LIMIT = 16 * 1024 * 1024
+_SRUN_TASK = re.compile(r"^srun: error: ([^ :]+): tasks? ([0-9,-]+): (.*)$", re.M)
+_NODE_FAILURE = "srun: error: Node failure on "
+
+
+class Stop(Exception):
+    """The chain must not run the program in this job: exit with ``code``."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _private_mkdir(path: str) -> None:
+    old = os.umask(0o077)
+    try:
+        os.makedirs(path, exist_ok=True)
+    finally:
+        os.umask(old)
+
+
+def _touch_private(path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.close(fd)
+
+
+def _epoch(text: str) -> float | None:
+    """Slurm's local ``YYYY-MM-DDTHH:MM:SS`` as epoch seconds (None for Unknown, None, "")."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+class Supervisor:
+    """One run of a chain, supervised (see the module docs)."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        script: str,
+        launch: Sequence[str],
+        slurm: Slurm | None = None,
+        env: dict[str, str] | None = None,
+        program: Sequence[str] = (),
+    ) -> None:
+        self.policy = policy
+        #: How to run this program on any node of the job (the agents are started with it).
+        self.program = list(program) or ["python3", "-m", "hpcjobs.runtime.supervisor"]
+        self.script = script
+        self.launch_argv = list(launch)
+        self.env = os.environ if env is None else env
+        self.slurm = slurm or Slurm(self.env)
+        self.job = self.env.get("SLURM_JOB_ID", "0")
+        task = self.env.get("SLURM_ARRAY_TASK_ID", "")
+        array = self.env.get("SLURM_ARRAY_JOB_ID", "")
+        self.task = task
+        self.self_id = f"{array}_{task}" if array and task else self.job
+        self.restart = int(self.env.get("SLURM_RESTART_COUNT", "0") or 0)
+        self.run_dir = self.env.get("HPCJOBS_RUN_DIR", "") or os.getcwd()
+        self.root = self.env.get("HPCJOBS_CHAIN_ROOT", "")
+        self.standby_for = self.env.get("HPCJOBS_STANDBY_FOR", "")
+        self.ckpt_dir = self.env.get("HPCJOBS_CHECKPOINT_DIR", "")
+        self.progress_dir = ""
+        self.capture_dir = ""
+        self.err_file = ""
+        self.err_offset = 0
+        self.standby = ""
+        self.requeue_off = False
+        self.claimed = ""
+        self.signal_seen = ""
+        self.signal_logged = False
+        self.waiting = False
+        self.child: subprocess.Popen[bytes] | None = None
+        self.agents: subprocess.Popen[bytes] | None = None
+        self.agents_step = False
+        self.watch: StallWatch | None = None
+
+    # ---- small helpers ------------------------------------------------------------------------
+
+    def log(self, message: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        sys.stderr.write(f"{stamp} hpcjobs[{self.job}]: {message}\n")
+        sys.stderr.flush()
+
+    @property
+    def events(self) -> EventLog:
+        path = os.path.join(self.run_dir, f"chain-{self.root or self.self_id}.tsv")
+        return EventLog(path, self.self_id, self.restart)
+
+    def event(self, event: str, cause: str, detail: str, when: float | None = None) -> None:
+        try:
+            self.events.append(event, cause, detail, when)
+        except OSError as exc:
+            self.log(f"could not write the event log: {exc}")
+
+    def latest_step(self) -> int:
+        best = -1
+        for path in glob.glob(os.path.join(glob.escape(self.ckpt_dir), "step-*")):
+            name = os.path.basename(path)[len("step-") :]
+            if name.isdigit() and os.path.isfile(os.path.join(path, "COMPLETE")):
+                best = max(best, int(name))
+        return best
+
+    def progress(self) -> int:
+        try:
+            with open(os.path.join(self.ckpt_dir, "PROGRESS")) as handle:
+                value = handle.read().strip()
+        except OSError:
+            return -1
+        return int(value) if value.isdigit() else -1
+
+    def position(self) -> str:
+        return f"checkpoint={self.latest_step()} progress={self.progress()}"
+
+    def done_file(self) -> str:
+        return os.path.join(self.run_dir, f"DONE-{self.root}")
+
+    def is_done(self) -> bool:
+        return os.path.isfile(os.path.join(self.ckpt_dir, "DONE")) or os.path.isfile(
+            self.done_file()
+        )
+
+    def budget(self, cause: str) -> int:
+        return self.policy.budgets.get(cause, 0)
+
+    # ---- the run ------------------------------------------------------------------------------
+
+    def main(self) -> int:
+        for name in self.policy.forward:
+            signal.signal(getattr(signal, "SIG" + name), self._on_signal)
+        try:
+            self.begin()
+        except Stop as stop:
+            return stop.code
+        self.launch()
+        rc = self.wait()
+        return self.finish(rc)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name[3:]
+        if name == "TERM" and self.policy.signal != "TERM":
+            self.signal_seen = self.signal_seen or "term"
+        else:
+            self.signal_seen = "warning"
+        child = self.child
+        if child is not None and self.waiting and not self.signal_logged:
+            # When the first signal came (hpcjobs report: time from the warning to the end).
+            self.signal_logged = True
+            self.event("signal", self.signal_seen, "SIG" + name)
+        if child is not None:
+            sys.stderr.write(
+                f"hpcjobs: SIG{name} received, forwarding it to the launcher (pid {child.pid})\n"
+            )
+            sys.stderr.flush()
+            with contextlib.suppress(OSError):
+                child.send_signal(signum)
+
+    def launch(self) -> None:
+        self.child = subprocess.Popen(self.launch_argv, env=self.env)
+        if self.policy.stall_timeout > 0:
+            self.watch = StallWatch(
+                self.progress_dir,
+                self.job,
+                self.policy.stall_timeout,
+                agent_interval(self.policy.stall_timeout),
+                self.policy.stall_grace,
+                self.policy.signal,
+                self.child,
+                self.log,
+                self.kill_steps,
+            )
+            self.watch.start()
+
+    def wait(self) -> int:
+        assert self.child is not None
+        self.waiting = True
+        while True:
+            try:
+                rc = self.child.wait()
+                break
+            except InterruptedError:  # pragma: no cover - Python retries by itself
+                continue
+        self.waiting = False
+        return 128 - rc if rc < 0 else rc
+
+    # ---- begin --------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Before the program starts. Raises :class:`Stop` when it must not."""
+        _private_mkdir(self.run_dir)
+        self.private_logs()
+        # A continuation carries its chain's root; anything else starts a chain of its own.
+        if self.root and not self.events.names_job(
+            self.env.get("SLURM_ARRAY_JOB_ID") or self.job or "x"
+        ):
+            self.root = self.self_id
+            self.standby_for = ""
+            self.env.pop("HPCJOBS_STANDBY_FOR", None)
+        self.root = self.root or self.self_id
+        self.env["HPCJOBS_CHAIN_ROOT"] = self.root
+        if self.root == self.self_id and self.restart == 0:
+            self.set_aside_stale()
+        # The ranks report their progress on node-local storage (hpcjobs.runtime.progress);
+        # the node agents summarize it into the chain's progress folder, next to the event log.
+        self.progress_dir = os.path.join(self.run_dir, f"progress-{self.root}")
+        tmp = self.env.get("TMPDIR") or "/tmp"
+        self.env[ENV_NODE_TMP] = os.path.join(tmp, f"hpcjobs-{self.self_id}")
+        self.env["HPCJOBS_PROGRESS_DIR"] = local_dir(node_name(), self.env[ENV_NODE_TMP])
+        with contextlib.suppress(OSError):
+            _private_mkdir(self.progress_dir)
+        self.check_checkpoint_dir()
+        if self.standby_for and self.restart == 0 and not self.is_done():
+            self.after_standby_release()
+        if self.restart > 0 and not self.is_done():
+            self.after_slurm_requeue()
+        # Runs before this one: starts in the log, or Slurm's own count if that is higher.
+        count = max(self.events.count("start"), self.restart)
+        self.env["HPCJOBS_RESTART_COUNT"] = str(count)
+        if self.is_done():
+            self.event("end", "finish", "done marker present")
+            self.log("the job already finished (done marker present); nothing to do")
+            self.chain_ends()
+            raise Stop(0)
+        self.handoff_if_excluded()
+        step = self.latest_step()
+        self.faults_begin()
+        self.start_agents()  # from here on every run ends in finish(), which stops them
+        self.standby_submit()  # before 'start': from 'start' on, the program runs at once
+        self.event(
+            "start",
+            "-",
+            f"checkpoint={step} nodes={self.env.get('SLURM_JOB_NODELIST') or '?'} "
+            f"batch={self.env.get('SLURMD_NODENAME') or '?'}",
+        )
+        # The marker 'hpcjobs logs --restart N' splits the log on.
+        sys.stdout.write(f"hpcjobs: run {count} of job {self.root}\n")
+        sys.stdout.flush()
+        if step >= 0:
+            self.log(f"run {count} of chain {self.root}; resuming from checkpoint step {step}")
+        else:
+            self.log(f"run {count} of chain {self.root}; no checkpoint yet")
+
+    def private_logs(self) -> None:
+        """Slurm creates the job's output files with the job's umask: make them private, as
+        everything else hpcjobs writes. Notes the job's stderr file (srun reports its tasks'
+        ends there); without --error it is the stdout file (Slurm 26.05 prints an empty
+        StdErr= then)."""
+        info = self.slurm.show_job(self.job)
+        if not info:
+            return
+        out, err = line_value(info, "StdOut"), line_value(info, "StdErr")
+        for path in (out, err):
+            try:
+                if path and os.path.isfile(path) and os.stat(path).st_uid == os.getuid():
+                    os.chmod(path, os.stat(path).st_mode & 0o700)
+            except OSError:
+                pass
+        self.err_file = err if err and err != "(null)" else out
+
+    def set_aside_stale(self) -> None:
+        """The first run of a chain finds no log of its own: one already there belongs to an
+        earlier job that had the same id (ids repeat when a cluster's job counter is reset)."""
+        stamp = str(int(time.time()))
+        paths = [self.events.path, os.path.join(self.run_dir, f"progress-{self.root}")]
+        for path in [*paths, self.done_file()]:
+            if os.path.lexists(path):
+                try:
+                    os.replace(path, f"{path}.stale-{stamp}")
+                except OSError:
+                    continue
+                if path == paths[0]:
+                    self.log(f"set aside an event log left by an earlier job {self.root}")
+
+    def check_checkpoint_dir(self) -> None:
+        """The checkpoint folder can be created and written, and belongs to this run."""
+        folder = self.ckpt_dir
+        error = ""
+        try:
+            _private_mkdir(folder)
+            if not os.access(folder, os.W_OK):
+                error = "not writable"
+        except OSError as exc:
+            error = exc.strerror or str(exc)
+        if error:
+            self.event("end", "fail", f"checkpoint folder unusable: {folder}: {error}")
+            self.log(
+                f"cannot use the checkpoint folder {folder} ({error}); the command was not started"
+            )
+            self.chain_ends()
+            raise Stop(1)
+        fingerprint = self.env.get("HPCJOBS_RUN_FINGERPRINT", "")
+        run_file = self.env.get("HPCJOBS_RUN_FILE", "")
+        if not fingerprint or not run_file:
+            return
+        if os.path.isfile(run_file):
+            try:
+                with open(run_file, encoding="utf-8", errors="replace") as handle:
+                    found = re.search(r'"fingerprint": *"([0-9a-f]*)"', handle.read())
+            except OSError:
+                found = None
+            owner = found.group(1) if found else ""
+            if owner != fingerprint:
+                self.event(
+                    "end",
+                    "fail",
+                    f"checkpoint folder owned by another run: {run_file} names run "
+                    f"{owner or '?'}, this job is run {fingerprint}",
+                )
+                self.log(
+                    f"the checkpoint folder now belongs to another run ({run_file}); the "
+                    "command was not started"
+                )
+                self.chain_ends()
+                raise Stop(1)
+            return
+        # Submitted without 'hpcjobs submit' (sbatch job.sh): claim the folder for this run.
+        tmp = f"{run_file}.tmp-{os.getpid()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                claim = {"claimed_by_job": self.self_id, "fingerprint": fingerprint, "format": 1}
+                handle.write(json.dumps(claim) + "\n")
+            os.replace(tmp, run_file)
+        except OSError:
+            self.log(f"could not write {run_file}")
+
+    def after_slurm_requeue(self) -> None:
+        """This run is Slurm's requeue of the job (SLURM_RESTART_COUNT > 0): log it unless the
+        run before did, and enforce the budgets."""
+        last = self.events.last_ending()
+        event, cause, detail = (last.event, last.cause, last.detail) if last else ("", "", "")
+        if event == "requeue" and detail.startswith("continued as job "):
+            following = detail[len("continued as job ") :].split(" ", 1)[0]
+            if following != self.self_id:
+                # Continued in another job, yet Slurm requeued this one too (the Requeue=0
+                # update failed or came too late): never run the chain twice.
+                self.log(
+                    f"Slurm requeued this job, but the chain already continues as job {following}; "
+                    "exiting"
+                )
+                self.chain_ends()
+                raise Stop(0)
+            event = ""  # the continuation's first run was lost before it began
+        if event != "requeue" or not detail.startswith("requeued by Slurm"):
+            # The run before ended without a word: ask accounting how, and date it.
+            runs = self.slurm.acct_runs(self.job)
+            state, end = runs[self.restart - 1] if len(runs) >= self.restart else ("", "")
+            cause = decide.requeue_cause(state)
+            self.event(
+                "requeue",
+                cause,
+                f"requeued by Slurm (restart {self.restart}) {self.position()}",
+                _epoch(end),
+            )
+        self.enforce_budget(cause)
+
+    def enforce_budget(self, cause: str) -> None:
+        """After logging a requeue for ``cause`` at the start of a run: end the chain when that
+        requeue was over its budget."""
+        verdict = decide.budget_verdict(
+            cause,
+            self.events.count("requeue", cause) - 1,
+            self.budget(cause),
+            self.events.count("requeue") - 1,
+            self.policy.max_total,
+        )
+        if not verdict.goes_on:
+            self.event("end", "fail", verdict.reason)
+            self.log(f"{verdict.reason}; giving up")
+            self.chain_ends()
+            raise Stop(1)
+
+    def faults_begin(self) -> None:
+        """Empty the rank output copies, note where this run's stderr begins, and mark the time
+        progress reports must be newer than to count for this run."""
+        self.capture_dir = os.path.join(self.run_dir, f"capture-{self.root}")
+        shutil.rmtree(self.capture_dir, ignore_errors=True)
+        try:
+            _private_mkdir(self.capture_dir)
+            self.env["HPCJOBS_CAPTURE_DIR"] = self.capture_dir
+        except OSError:
+            self.capture_dir = ""
+        try:
+            self.err_offset = os.path.getsize(self.err_file) if self.err_file else 0
+        except OSError:
+            self.err_offset = 0
+        # This run has begun: whoever logged how the run before it ended is settled.
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(self.run_dir, f".takeover-{self.self_id}"))
+        # The summaries of the run before are no one's now (the histories stay).
+        for path in glob.glob(os.path.join(glob.escape(self.progress_dir), "node-*")):
+            if not path.endswith(".log"):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+
+    def start_agents(self) -> None:
+        """One node agent per node (:mod:`.agent`): it gathers the node's progress reports and
+        samples its GPUs. On more than one node in a job step of its own, one task per node,
+        that overlaps the job's other steps (srun --overlap shares CPUs, memory and GPUs)."""
+        # This node's folder is there before the program starts (a plain command runs here).
+        mine = self.env.get("HPCJOBS_PROGRESS_DIR", "")
+        with contextlib.suppress(OSError):
+            if mine:
+                _private_mkdir(mine)
+        argv = [*self.program, "agent", "--shared", self.progress_dir]
+        argv += ["--every", str(agent_interval(self.policy.stall_timeout))]
+        every = self.env.get("HPCJOBS_GPU_MONITOR_INTERVAL", "0")
+        query = self.env.get("HPCJOBS_GPU_QUERY", "")
+        if every.isdigit() and int(every) > 0 and query:
+            folder = os.path.join(self.run_dir, f"gpu-{self.root}")
+            try:
+                _private_mkdir(folder)
+                argv += ["--gpu-every", every, "--gpu-query", query, "--gpu-dir", folder]
+            except OSError:
+                pass
+        nodes = self.env.get("SLURM_JOB_NUM_NODES", "1")
+        if nodes.isdigit() and int(nodes) > 1 and shutil.which("srun"):
+            argv = [
+                "srun",
+                "--overlap",
+                f"--nodes={nodes}",
+                f"--ntasks={nodes}",
+                "--ntasks-per-node=1",
+                f"--job-name={AGENT_STEP}",
+                "--kill-on-bad-exit=0",
+                "--quiet",
+                *argv,
+            ]
+        self.agents_step = argv[0] == "srun"
+        try:
+            # srun's own messages (a task it killed, say) must not mix with the step's: the
+            # job's stderr is where a crash is classified from.
+            stderr = subprocess.DEVNULL if self.agents_step else None
+            self.agents = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stderr=stderr, env=self.env
+            )
+        except OSError as exc:
+            self.log(f"could not start the node agents ({exc}); no progress is gathered")
+
+    def stop_agents(self) -> None:
+        """End the agents: they write once more and remove their node-local folders."""
+        agents = self.agents
+        if agents is not None and agents.poll() is None:
+            if self.agents_step:
+                # SIGTERM to the agents themselves: srun's own answer to SIGTERM kills them.
+                for line in self.slurm.queue_value(self.job, "%i %j", steps=True):
+                    words = line.split()
+                    if len(words) == 2 and words[1] == AGENT_STEP:
+                        self.slurm.cancel(words[0], "TERM")
+            else:
+                agents.terminate()
+            try:
+                agents.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                agents.kill()
+        # An agent killed before it cleaned up leaves this node's folder: it goes too.
+        shutil.rmtree(self.env.get("HPCJOBS_PROGRESS_DIR", ""), ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.env.get(ENV_NODE_TMP, ""))
+
+    # ---- the standby --------------------------------------------------------------------------
+
+    def successor_args(self) -> list[str]:
+        """This job's sbatch options for a job that continues its chain: without the ones for
+        the first submission only, with the chain's exclusions, its array task and comment;
+        every run appends to the first run's log files."""
+        root = self.root or self.self_id
+        exclude = list(self.events.excluded())
+        kept: list[str] = []
+        skip = False
+        for arg in self.policy.sbatch_args:
+            if skip:
+                skip = False
+                continue
+            if arg.startswith(
+                ("--array=", "--dependency=", "--comment=", "--kill-on-invalid-dep=")
+            ):
+                continue
+            if arg in ("-a", "-d", "--array", "--dependency", "--comment"):
+                skip = True
+                continue
+            if arg.startswith(("-a", "-d")):
+                continue
+            if arg.startswith("--exclude="):
+                exclude.append(arg[len("--exclude=") :])
+                continue
+            if arg.startswith(("--output=", "--error=")):
+                arg = arg.replace("%j", root).replace("%A", root.split("_")[0])
+            kept.append(arg)
+        if exclude:
+            kept.append("--exclude=" + ",".join(exclude))
+        if self.task:
+            kept.append("--array=" + self.task)
+        comment = (self.slurm.queue_value(self.job, "%k") or [""])[0].strip()
+        if comment and comment != "(null)":
+            kept.append("--comment=" + comment)
+        return kept
+
+    def submit_next(self, dependency: str, standby_for: str, extra: Sequence[str] = ()) -> str:
+        """Submit a job that continues this chain once ``dependency`` holds; its id (1234, or
+        1234_7 for an array task). ``standby_for`` (may be "") marks it as the standby of that
+        run. Raises RuntimeError with sbatch's message when it fails."""
+        args = self.successor_args()
+        # A clean environment: the new job must not inherit this job's SLURM_* settings.
+        env = {
+            k: v
+            for k, v in self.env.items()
+            if not re.match(r"(SLURM|SBATCH|SALLOC|SRUN)_", k) or k == "SLURM_CONF"
+        }
+        env.pop("HPCJOBS_STANDBY_FOR", None)
+        env["HPCJOBS_CHAIN_ROOT"] = self.root or self.self_id
+        if standby_for:
+            env["HPCJOBS_STANDBY_FOR"] = standby_for
+        cwd = self.env.get("SLURM_SUBMIT_DIR") or self.run_dir
+        argv = ["--dependency=" + dependency, *list(extra), *args, self.script]
+        result = self.slurm.submit(argv, cwd, env)
+        text = (result.out + result.err).strip()
+        new = result.out.strip().split(";", 1)[0]
+        if result.rc != 0 or not new.isdigit():
+            raise RuntimeError(text or "sbatch failed")
+        return f"{new}_{self.task}" if self.task else new
+
+    def standby_submit(self) -> None:
+        """Give this run a standby (while the node failure budget lasts), and stop Slurm
+        requeueing this job itself: with a standby, a dead node ends the job at once and
+        releases its standby, instead of a requeue held for ~2 minutes. Not for array tasks,
+        nor for a job submitted --no-requeue."""
+        if not self.policy.standby or self.task:
+            return
+        if self.events.count("requeue", NODE_FAILURE) >= self.budget(NODE_FAILURE):
+            return
+        # A run of this job that Slurm requeued anyway left a standby: it must never start.
+        old = self.events.standby_of(self.self_id)
+        if old:
+            self.slurm.cancel(old)
+        if self.being_cancelled():
+            return
+        try:
+            new = self.submit_next(
+                "afternotok:" + self.job, self.self_id, ["--kill-on-invalid-dep=yes"]
+            )
+        except RuntimeError as exc:
+            self.log(
+                f"could not submit a standby job ({exc}); a node failure falls back to Slurm's "
+                "requeue"
+            )
+            return
+        self.event("standby", "-", f"standby job {new} for job {self.self_id}")
+        # A cancel that came while sbatch ran: the standby goes at once (afternotok counts a
+        # cancelled job as failed). The standby checks this too when it starts.
+        if self.being_cancelled():
+            if not self.slurm.cancel(new):
+                self.log(f"could not cancel the standby job {new}")
+            self.log(f"job {self.job} is being cancelled; its standby job {new} is cancelled too")
+            return
+        self.standby = new
+        if self.slurm.update(self.job, "Requeue=0"):
+            self.requeue_off = True
+        else:
+            self.log(
+                f"could not mark job {self.job} Requeue=0; after a node failure Slurm may "
+                "requeue it too"
+            )
+
+    def was_cancelled(self, job: str, info: str) -> bool:
+        """Whether ``job`` (``info``: its 'scontrol show job') was cancelled: CANCELLED there,
+        or, while it still shows COMPLETING, in accounting."""
+        state = field(info, "JobState")
+        if state.startswith("CANCELLED"):
+            return True
+        return state == "COMPLETING" and self.slurm.acct_state(job).startswith("CANCELLED")
+
+    def being_cancelled(self) -> bool:
+        """Whether this job is being cancelled: Slurm says so, or a plain SIGTERM reached the
+        supervisor while Slurm shows neither a preemption nor a node failure."""
+        info = self.slurm.show_job(self.job)
+        if self.was_cancelled(self.job, info):
+            return True
+        if re.search(r"PreemptTime=[0-9]|Reason=NodeDown|JobState=NODE_FAIL", info):
+            return False
+        return self.signal_seen == "term"
+
+    def final_state(self, job: str, state: str) -> str:
+        """How ``job`` ended (CANCELLED, NODE_FAIL, ...), ``state`` being what 'scontrol show
+        job' said. Slurm releases an afternotok dependency as soon as the job has ended, while
+        it may still show COMPLETING; accounting has the final state then. Asks both, twice a
+        second, for at most HPCJOBS_FINAL_STATE_WAIT s (60); "" if neither says."""
+        wait = self.env.get("HPCJOBS_FINAL_STATE_WAIT", "60")
+        deadline = time.monotonic() + (int(wait) if wait.isdigit() else 60)
+        while True:
+            if decide.has_ended(state):
+                return state.split(" ", 1)[0]
+            state = self.slurm.acct_state(job)
+            if decide.has_ended(state):
+                return state
+            if time.monotonic() >= deadline:
+                return ""
+            time.sleep(0.5)
+            state = field(self.slurm.show_job(job), "JobState")
+
+    def standby_cancel(self) -> None:
+        """The chain does not continue after this run: its standby goes."""
+        if not self.standby:
+            return
+        if not self.slurm.cancel(self.standby):
+            self.log(f"could not cancel the standby job {self.standby}")
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(self.run_dir, f".takeover-{self.standby}"))
+        self.standby = ""
+
+    def claim_takeover(self, standby: str) -> bool:
+        """Whether this process logs how the run before ``standby`` ended. That run (when its
+        batch host lives on) and the standby (when it does not) may both try: one atomic
+        mkdir decides."""
+        if self.claimed == standby:
+            return True
+        old = os.umask(0o077)
+        try:
+            os.mkdir(os.path.join(self.run_dir, f".takeover-{standby}"))
+        except OSError:
+            return False
+        finally:
+            os.umask(old)
+        self.claimed = standby
+        return True
+
+    def standby_retarget(self) -> str:
+        """Make the standby this run's continuation (it starts when this job ends, however it
+        ends, without the excluded nodes); its id, or "" when there is none or Slurm refuses."""
+        if not self.standby:
+            return ""
+        # Two updates: Slurm refuses the whole of one that holds a refused field. If the
+        # exclusion comes too late, the standby hands over when it starts.
+        excluded = self.events.excluded()
+        if excluded:
+            self.slurm.update(self.standby, "ExcNodeList=" + ",".join(excluded))
+        if not self.slurm.update(self.standby, "Dependency=afterany:" + self.job):
+            # Slurm may already have started it (this run died of a node failure).
+            state = (self.slurm.queue_value(self.standby, "%T") or [""])[0].strip()
+            if not state or state == "PENDING":
+                return ""
+        return self.standby
+
+    def after_standby_release(self) -> None:
+        """This job is a standby and Slurm released it. When the run it stood by for
+        retargeted it, it is an ordinary continuation. Otherwise that run died without a word:
+        record why (from Slurm), exclude the failed nodes, and enforce the budget."""
+        pred = self.standby_for
+        if not self.claim_takeover(self.self_id):
+            # The run it stood by for is logging how it ended right now: wait for that.
+            for _ in range(60):
+                if self.events.continued_as(self.self_id):
+                    break
+                time.sleep(0.25)
+        if self.events.continued_as(self.self_id):
+            return
+        if self.events.ended_after_standby(self.self_id):
+            self.log(f"the chain ended with job {pred}; its standby does not run")
+            raise Stop(0)
+        info = self.slurm.show_job(pred)
+        state, end = field(info, "JobState"), field(info, "EndTime")
+        nodes, batch = field(info, "NodeList"), field(info, "BatchHost")
+        if not state:
+            # The controller has forgotten it (MinJobAge): accounting knows how and where.
+            state, end, nodes = self.slurm.acct_last(pred)
+        state = self.final_state(pred, state)
+        cause = decide.standby_cause(state)
+        if cause is None:
+            self.event("end", "fail", f"cancelled: job {pred} was cancelled")
+            self.log(f"job {pred} was cancelled; its standby does not run")
+            raise Stop(0)
+        when = _epoch(end)
+        failed: list[str] = []
+        if cause in (NODE_FAILURE, INFRASTRUCTURE):
+            failed = self.failed_nodes(pred, nodes, batch)
+            self.event(
+                "fault",
+                cause,
+                "node={} job={} evidence=job {} ended {} without a word (batch host {})".format(
+                    ",".join(failed) or "-", pred, pred, state or "?", batch or "?"
+                ),
+                when,
+            )
+            if failed:
+                self.exclude(cause, failed)
+        self.event(
+            "requeue",
+            cause,
+            "standby job {} took over from job {} ({}) {}".format(
+                self.self_id, pred, state or "?", self.position()
+            ),
+            when,
+        )
+        self.log(
+            "{}: job {} ended {}{}; standby job {} takes over".format(
+                cause,
+                pred,
+                state or "?",
+                " (failed: {})".format(",".join(failed)) if failed else "",
+                self.self_id,
+            )
+        )
+        self.enforce_budget(cause)
+
+    def handoff_if_excluded(self) -> None:
+        """This job landed on a node the chain excludes: hand over to a new job without it."""
+        excluded = self.events.excluded()
+        if not excluded:
+            return
+        mine = self.slurm.hostnames(self.env.get("SLURM_JOB_NODELIST", ""))
+        bad = [node for node in mine if node in excluded]
+        if not bad:
+            return
+        try:
+            new = self.submit_next("afterany:" + self.job, "")
+        except RuntimeError as exc:
+            self.log(
+                "could not hand over to a job without {} ({}); running here".format(
+                    ",".join(bad), exc
+                )
+            )
+            return
+        self.event(
+            "handoff",
+            "-",
+            "continued as job {}: this job's nodes include excluded {}".format(new, ",".join(bad)),
+        )
+        self.log(
+            "this job got excluded node(s) {}; continuing as job {}".format(",".join(bad), new)
+        )
+        raise Stop(0)
+
+    # ---- faults -------------------------------------------------------------------------------
+
+    def run_stderr(self) -> str:
+        """This run's part of the job's stderr (at most STDERR_LIMIT bytes)."""
+        if not self.err_file:
+            return ""
+        try:
+            with open(self.err_file, "rb") as handle:
+                handle.seek(self.err_offset)
+                return handle.read(STDERR_LIMIT).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def failed_nodes(self, job: str, nodes: str, batch: str) -> list[str]:
+        """The nodes whose failure ended ``job``: srun names them in the job's stderr when the
+        batch host lived on; when nothing names one, the batch host died with the job. Nodes
+        Slurm now shows DOWN, DRAIN, FAIL or NOT_RESPONDING count too."""
+        named: list[str] = []
+        text = ""
+        if self.err_file:
+            try:
+                with open(self.err_file, "rb") as handle:
+                    handle.seek(max(os.path.getsize(self.err_file) - STDERR_LIMIT, 0))
+                    text = handle.read().decode("utf-8", "replace")
+            except OSError:
+                text = ""
+        mark = f"hpcjobs[{job}]: run "
+        on = False
+        for line in text.splitlines():
+            if mark in line:
+                on = True
+                continue
+            if on and line.startswith(_NODE_FAILURE):
+                rest = line[len(_NODE_FAILURE) :]
+                if rest and " " not in rest:
+                    named += self.slurm.hostnames(rest)
+        if not named and batch and batch != "(null)":
+            named = [batch]
+        down = re.compile(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|\*")
+        if nodes and nodes != "(null)":
+            named += [node for node, state in self.slurm.node_states(nodes) if down.search(state)]
+        seen: list[str] = []
+        for node in named:
+            if node and node not in seen:
+                seen.append(node)
+        return seen
+
+    def exclude(self, cause: str, nodes: Sequence[str]) -> None:
+        """Exclude ``nodes`` from every later run of the chain, within the limits."""
+        room = None
+        partition = self.env.get("SLURM_JOB_PARTITION", "").split(",")[0]
+        total = self.slurm.partition_nodes(partition) if partition else None
+        if total is not None:
+            room = total - int(self.env.get("SLURM_JOB_NUM_NODES", "1") or 1)
+        limit = decide.exclusion_limit(self.policy.max_excluded, room)
+        kept, released = decide.excluded_after(self.events.excluded(), list(nodes), limit)
+        detail = "nodes=" + (",".join(kept) or "-")
+        if released:
+            detail += f" released={','.join(released)} (at most {limit} excluded)"
+        self.event("exclude", cause, detail)
+        message = f"excluding {','.join(kept) or 'no node'} from later runs"
+        if released:
+            message += f"; no longer excluding {' '.join(released)}"
+        self.log(message)
+
+    def healthy(self, node: str) -> bool:
+        """Whether the site's health check passes on ``node`` (False when there is none)."""
+        check = self.policy.health_check
+        if not check:
+            return False
+        argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=" + node]
+        argv += ["--job-name=hpcjobs-health-check", "--quiet", "bash", "-c", check]
+        result = self.slurm.run(argv, timeout=self.policy.health_timeout)
+        lines = (result.out + result.err).strip().splitlines()
+        last = lines[-1][:200] if lines else ""
+        if result.rc == 0:
+            self.event("health", "pass", f"node={node} {last}")
+            self.log(f"health check passed on {node}; it is not excluded")
+            return True
+        self.event("health", "fail", f"node={node} exit={result.rc} {last}")
+        self.log(f"health check failed on {node} (exit code {result.rc})")
+        return False
+
+    def crash(self) -> tuple[str, str, str]:
+        """After a non-zero exit no signal explains: (cause, suspect, evidence). Infrastructure
+        when the first failing task's output shows a signature, or it died of SIGBUS or
+        SIGKILL; else application, and nobody is blamed."""
+        found = _SRUN_TASK.search(self.run_stderr())
+        if not found:
+            return APPLICATION, "", ""
+        node, tasks, what = found.group(1), found.group(2), found.group(3)
+        first = re.split(r"[,-]", tasks)[0]
+        files: list[str] = []
+        if self.capture_dir:
+            own = os.path.join(self.capture_dir, f"{node}.rank-{first}")
+            others = sorted(
+                glob.glob(
+                    os.path.join(glob.escape(self.capture_dir), glob.escape(node) + ".rank-*")
+                )
+            )
+            files = [f for f in [own, *others] if os.path.isfile(f)]
+            files = list(dict.fromkeys(files))
+        evidence = self.signature(files)
+        if evidence:
+            return INFRASTRUCTURE, node, evidence
+        report = f"srun: {node}: task {tasks}: {what}"
+        if what.startswith(("Bus error", "Killed")):
+            return INFRASTRUCTURE, node, report
+        return APPLICATION, "", report
+
+    def signature(self, files: Sequence[str]) -> str:
+        """The first line of ``files`` that matches an infrastructure signature (grep -E
+        patterns), cut to 300 characters."""
+        if not files:
+            return ""
+        argv = ["grep", "-h", "-a", "-m", "1", "-E"]
+        for pattern in all_patterns(self.policy.patterns):
+            argv += ["-e", pattern]
+        out = self.slurm.run([*argv, "--", *list(files)], timeout=60).out
+        first = out.split("\n", 1)[0] if out else ""
+        return first.replace("\r", "")[:300]
+
+    def fault_log(self, cause: str, suspect: str, evidence: str) -> None:
+        self.event("fault", cause, "node={} evidence={}".format(suspect or "-", evidence))
+        self.log("{}{}: {}".format(cause, f" on node {suspect}" if suspect else "", evidence))
+
+    def fault_exclude(self, cause: str, suspect: str) -> None:
+        """Exclude the suspect from later runs, unless the site's health check clears it."""
+        if not suspect or self.healthy(suspect):
+            return
+        self.exclude(cause, [suspect])
+
+    # ---- stalls -------------------------------------------------------------------------------
+
+    def kill_steps(self) -> None:
+        """SIGKILL to every job step of this job but the batch step and hpcjobs' own monitors."""
+        for line in self.slurm.queue_value(self.job, "%i %j", steps=True):
+            words = line.split()
+            if len(words) < 2 or words[1] == AGENT_STEP:
+                continue
+            if re.fullmatch(r"[0-9_]+\.[0-9]+", words[0]):
+                self.slurm.cancel(words[0], "KILL")
+
+    # ---- finish -------------------------------------------------------------------------------
+
+    def end_cause(self, rc: int) -> str:
+        """How this run ended (:func:`decide.end_cause`), from Slurm and this run's stderr."""
+        info = self.slurm.show_job(self.job)
+        restarts = field(info, "Restarts")
+        requeued = None
+        if restarts.isdigit() and int(restarts) > self.restart:
+            # Slurm counts a requeue as soon as it decides it: the job comes back with the same
+            # id, and the program's exit (0 after a checkpoint) must not mark the job done.
+            runs = self.slurm.acct_runs(self.job)
+            requeued = runs[self.restart][0] if len(runs) > self.restart else ""
+        node_failed = bool(re.search(r"JobState=NODE_FAIL|Reason=NodeDown", info)) or any(
+            line.startswith(_NODE_FAILURE) for line in self.run_stderr().splitlines()
+        )
+        preempted = bool(re.search(r"PreemptTime=[0-9]", info))
+        early = requeued is not None or node_failed or preempted
+        cancelled = not early and self.was_cancelled(self.job, info)
+        left = None
+        if not early and not cancelled and self.signal_seen == "warning":
+            left = decide.seconds((self.slurm.queue_value(self.job, "%L") or [""])[0])
+        facts = decide.EndFacts(
+            rc,
+            self.signal_seen,
+            requeued,
+            node_failed,
+            preempted,
+            cancelled,
+            left,
+            self.policy.lead,
+        )
+        return decide.end_cause(facts)
+
+    def classify(self, rc: int) -> tuple[str, str, str]:
+        """How this run ended, once the step has exited: (cause, suspect, evidence); a stall
+        and an infrastructure crash are logged as faults here."""
+        cause = self.end_cause(rc)
+        suspect = evidence = ""
+        stall = self.watch.found if self.watch is not None else None
+        if stall is not None and not cause.startswith("requeued_") and cause != CANCELLED:
+            # The stall watch ended the run (its warning signal makes it look like a preemption).
+            suspect, found = stall
+            cause = STALL
+            evidence = f"rank {found.rank} at step {found.step} for {found.idle} s"
+            if found.tied:
+                evidence += f" ({found.tied} other rank(s) tied with it: no node blamed)"
+            self.fault_log(STALL, suspect, evidence)
+        elif cause == APPLICATION:
+            cause, suspect, evidence = self.crash()
+            if cause == INFRASTRUCTURE:
+                self.fault_log(INFRASTRUCTURE, suspect, evidence)
+            elif evidence:
+                self.log(
+                    f"application failure: {evidence} (no infrastructure signature; no node blamed)"
+                )
+        return cause, suspect, evidence
+
+    def blame_failed_nodes(self) -> None:
+        """A node of this run failed and this batch host lived on: log it, exclude it."""
+        failed = self.failed_nodes(self.job, self.env.get("SLURM_JOB_NODELIST", ""), "")
+        suspect = ",".join(failed)
+        self.fault_log(NODE_FAILURE, suspect, f"srun: error: Node failure on {suspect or '?'}")
+        if failed:
+            self.exclude(NODE_FAILURE, failed)
+
+    def finish(self, rc: int) -> int:
+        """Decide and act after the launcher exited; the job's exit code."""
+        if self.watch is not None:
+            self.watch.close()
+        self.stop_agents()
+        if self.is_done():
+            self.event("end", "finish", "done marker present")
+            self.chain_ends()
+            return 0
+        cause, suspect, _evidence = self.classify(rc)
+        if cause == NODE_FAILURE:
+            # The standby may be logging this already: then leave it to it.
+            if self.standby and not self.claim_takeover(self.standby):
+                return rc
+            self.blame_failed_nodes()
+        if cause.startswith("requeued_"):
+            cause = cause[len("requeued_") :]
+            self.event(
+                "requeue",
+                cause,
+                f"requeued by Slurm (restart {self.restart + 1}) {self.position()}",
+            )
+            self.log(
+                f"{cause}: Slurm requeued this job itself; its next run resumes from the last "
+                "checkpoint"
+            )
+            return rc
+        if cause == FINISHED:
+            self.mark_done()
+            self.event("end", "finish", "completed")
+            self.chain_ends()
+            return 0
+        if cause == CANCELLED:
+            self.event("end", "fail", "cancelled")
+            self.chain_over()
+            return decide.exit_code(cause, rc, False)
+        used, allowed = self.events.count("requeue", cause), self.budget(cause)
+        verdict = decide.budget_verdict(
+            cause, used, allowed, self.events.count("requeue"), self.policy.max_total, rc
+        )
+        if not verdict.goes_on:
+            self.event("end", "fail", verdict.reason)
+            if cause == PREEMPTION:
+                self.no_slurm_requeue()
+                self.chain_over()
+            else:
+                self.chain_ends()
+            self.log(f"{cause} (exit code {rc}): {verdict.reason}; not requeued")
+            return decide.exit_code(cause, rc, False)
+        if cause in (INFRASTRUCTURE, STALL):
+            self.fault_exclude(cause, suspect)
+        self.continue_chain(cause)
+        return 0
+
+    def mark_done(self) -> None:
+        try:
+            _touch_private(self.done_file())
+        except OSError as exc:
+            self.log(f"could not write {self.done_file()}: {exc}")
+
+    def continue_chain(self, cause: str) -> None:
+        """Make the standby this run's continuation (or submit one, afterany this job), without
+        the excluded nodes, and stop Slurm requeueing this job."""
+        if self.standby and not self.claim_takeover(self.standby):
+            return  # the standby has taken over and logged it
+        how = ""
+        new = self.standby_retarget()
+        if new:
+            how = " (the standby)"
+        else:
+            try:
+                new = self.submit_next("afterany:" + self.job, "")
+            except RuntimeError as exc:
+                self.log(
+                    f"could not submit the continuation ({exc}); falling back to Slurm's requeue"
+                )
+                self.standby_cancel()
+                self.event("requeue", cause, f"requeued by Slurm (fallback) {self.position()}")
+                if not self.slurm.requeue(self.job):
+                    self.log("scontrol requeue failed too")
+                return
+            self.standby_cancel()
+        self.no_slurm_requeue()
+        self.event("requeue", cause, f"continued as job {new}{how} {self.position()}")
+        self.log(f"{cause}: continuing as job {new}{how} (starts when resources are free)")
+
+    def no_slurm_requeue(self) -> None:
+        """Tell Slurm not to requeue this job (after a preemption, Slurm >= 24.05 requeues a
+        job that exits during the grace time, whatever its exit code)."""
+        if self.requeue_off:
+            return  # done when the standby was submitted
+        if not self.slurm.update(self.job, "Requeue=0"):
+            self.log(f"could not mark job {self.job} Requeue=0; Slurm may also requeue it")
+
+    def chain_over(self) -> None:
+        """Nothing of the chain runs after this run: its standby goes, and the copies of the
+        ranks' output."""
+        self.standby_cancel()
+        if self.capture_dir:
+            shutil.rmtree(self.capture_dir, ignore_errors=True)
+
+    def chain_ends(self) -> None:
+        """The chain ends with this run. Slurm 24.11 requeues the run that follows its own
+        requeue of a preempted job once more when it exits: runs Slurm requeued are marked
+        Requeue=0 (the others need no extra call to the controller)."""
+        self.chain_over()
+        if self.restart > 0:
+            self.no_slurm_requeue()

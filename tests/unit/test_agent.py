@@ -1,0 +1,192 @@
+"""The node agent and the stall watch that reads its summaries (hpcjobs.runtime.supervisor)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcjobs.report.progress import read_progress
+from hpcjobs.runner import LocalRunner
+from hpcjobs.runtime.supervisor import agent as agent_module
+from hpcjobs.runtime.supervisor.agent import (
+    Agent,
+    interval,
+    local_dir,
+    read_summary,
+    split_history,
+)
+from hpcjobs.runtime.supervisor.stall import StallWatch
+
+
+@pytest.fixture
+def node(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("SLURMD_NODENAME", "n7")
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    return "n7"
+
+
+def _report(folder: Path, rank: int, step: int, log: str = "") -> None:
+    (folder / f"rank-{rank}").write_text(f"{step}\n")
+    if log:
+        with (folder / f"rank-{rank}.log").open("a") as handle:
+            handle.write(log)
+
+
+def test_a_cycle_writes_the_summary_and_one_history_line_per_new_step(
+    tmp_path: Path, node: str
+) -> None:
+    local, shared = tmp_path / "local", tmp_path / "shared"
+    local.mkdir()
+    shared.mkdir()
+    agent = Agent(str(local), str(shared), every=1.0)
+    _report(local, 0, 5)
+    _report(local, 1, 5, log="1700000000.000 5\n1700000001.000 save 2.500\n")
+    agent.cycle()
+    summary = read_summary((shared / "node-n7").read_text(), time.time())
+    assert (summary.node, summary.job) == ("n7", "42")
+    assert summary.ranks.keys() == {0, 1} and summary.ranks[0][0] == 5
+    history = sorted(
+        line.split()[:3:2] for line in (shared / "node-n7.log").read_text().splitlines()
+    )
+    # Rank 1's own log, line by line; rank 0 keeps none: its newest step.
+    assert history == [["0", "5"], ["1", "5"], ["1", "save"]]
+    agent.cycle()  # nothing new: nothing appended
+    assert len((shared / "node-n7.log").read_text().splitlines()) == 3
+    _report(local, 0, 6)
+    _report(local, 0, 7)  # two steps between cycles: only the newest is kept
+    _report(local, 1, 6, log="1700000002.000 6\n")
+    agent.cycle()
+    last = [line.split() for line in (shared / "node-n7.log").read_text().splitlines()[-2:]]
+    assert [(w[0], w[2]) for w in last] == [("1", "6"), ("0", "7")] and last[1][3] == "n7"
+    # hpcjobs report reads the history as each rank's own log.
+    ranks = split_history((shared / "node-n7.log").read_text())
+    assert set(ranks) == {0, 1}
+
+
+def test_report_reads_node_histories_and_old_rank_logs(tmp_path: Path) -> None:
+    folder = tmp_path / "progress-9"
+    folder.mkdir()
+    (folder / "node-n1.log").write_text("0 100.0 1 n1\n0 105.0 2 n1\n1 101.0 save 3.0\n")
+    (folder / "rank-3.log").write_text("99.0 1 n2\n")  # a chain started by an earlier hpcjobs
+    progress = read_progress(LocalRunner(), str(tmp_path), "9")
+    assert [r.step for r in progress[0]] == [1, 2]
+    assert progress[1][0].save_s == 3.0
+    assert progress[3][0].host == "n2"
+
+
+def test_reports_left_by_an_earlier_run_do_not_count(tmp_path: Path, node: str) -> None:
+    local, shared = tmp_path / "local", tmp_path / "shared"
+    local.mkdir()
+    shared.mkdir()
+    _report(local, 0, 3)
+    old = time.time() - 3600
+    os.utime(local / "rank-0", (old, old))
+    Agent(str(local), str(shared), every=1.0).cycle()
+    assert read_summary((shared / "node-n7").read_text(), time.time()).ranks == {}
+
+
+def test_the_history_is_thinned_past_its_limit(
+    tmp_path: Path, node: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(agent_module, "LOG_LIMIT", 2000)
+    local, shared = tmp_path / "local", tmp_path / "shared"
+    local.mkdir()
+    shared.mkdir()
+    agent = Agent(str(local), str(shared), every=1.0)
+    for step in range(200):
+        _report(local, 0, step)
+        agent.cycle()
+    lines = (shared / "node-n7.log").read_text().splitlines()
+    assert len(lines) < 200 and lines[-1].split()[2] == "199"
+    assert (shared / "node-n7.log").stat().st_size <= 2000 + 100
+
+
+def test_the_agent_ends_on_sigterm_and_removes_its_folder(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    base = tmp_path / "tmp"
+    env = {
+        **os.environ,
+        "HPCJOBS_NODE_TMP": str(base),
+        "SLURMD_NODENAME": "n3",
+        "SLURM_JOB_ID": "8",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    argv = [sys.executable, "-m", "hpcjobs.runtime.supervisor", "agent", "--shared", str(shared)]
+    proc = subprocess.Popen([*argv, "--every", "0.2"], env=env)
+    try:
+        deadline = time.monotonic() + 20
+        while not (base / "n3").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (base / "n3" / "rank-4").write_text("11\n")
+        time.sleep(0.6)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0
+    assert not base.exists()
+    assert read_summary((shared / "node-n3").read_text(), time.time()).ranks[4][0] == 11
+
+
+def test_local_dir_and_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCJOBS_NODE_TMP", "/tmp/hpcjobs-5")
+    assert local_dir("n2") == "/tmp/hpcjobs-5/n2"
+    assert [interval(t) for t in (0, 2, 8, 20, 1800)] == [5.0, 1.0, 2.0, 5.0, 5.0]
+
+
+def test_summary_age_adds_to_the_idle_time() -> None:
+    summary = read_summary("100.0 n1 7\n0 4 1.5\n1 x 2\nbad\n", now=103.0)
+    assert summary.age == 3.0 and summary.ranks == {0: (4, 4.5)}
+    assert read_summary("", now=1.0).age == float("inf")
+
+
+def _summary(folder: Path, node: str, job: str, ranks: dict[int, tuple[int, float]]) -> None:
+    lines = [f"{time.time():.3f} {node} {job}"] + [f"{r} {s} {i}" for r, (s, i) in ranks.items()]
+    (folder / f"node-{node}").write_text("\n".join(lines) + "\n")
+
+
+def test_the_stall_watch_blames_the_node_of_the_stalled_rank(tmp_path: Path) -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    logged: list[str] = []
+    killed: list[bool] = []
+    # Rank 3 on n2 has been at step 9 for 30 s; rank 0 on n1 advances; another job's summary
+    # and a stale one are not judged.
+    _summary(tmp_path, "n1", "5", {0: (40, 0.0)})
+    _summary(tmp_path, "n2", "5", {3: (9, 30.0)})
+    _summary(tmp_path, "n9", "6", {7: (1, 500.0)})
+    watch = StallWatch(
+        str(tmp_path), "5", 10, 0.1, 0, "USR2", child, logged.append, lambda: killed.append(True)
+    )
+    watch.start()
+    try:
+        deadline = time.monotonic() + 20
+        while watch.found is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watch.found is not None
+        node, stall = watch.found
+        assert (node, stall.rank, stall.step, stall.tied) == ("n2", 3, 9, 0)
+        assert child.wait(timeout=20) != 0  # the warning signal ended it
+        assert "stall: rank 3 has been at step 9" in logged[0] and "(node n2)" in logged[0]
+    finally:
+        watch.close()
+        child.kill()
+
+
+def test_ranks_tied_at_the_same_step_blame_no_node(tmp_path: Path) -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    _summary(tmp_path, "n1", "5", {0: (9, 30.0)})
+    _summary(tmp_path, "n2", "5", {1: (9, 30.5)})
+    watch = StallWatch(str(tmp_path), "5", 10, 0.1, 0, "USR2", child, lambda _: None, lambda: None)
+    watch.start()
+    try:
+        deadline = time.monotonic() + 20
+        while watch.found is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watch.found is not None and watch.found[0] == "" and watch.found[1].tied == 1
+    finally:
+        watch.close()
+        child.kill()
