@@ -37,7 +37,7 @@ BLOCKS: dict[str, str] = {
     "environment": "shell setup: modules, site lines, job and hpcjobs variables",
     "nccl": "NCCL/UCX/Gloo tuning variables, each with its origin",
     "binding": "per-rank CPU/GPU/NIC/NUMA placement and rank variables",
-    "launch": "rendezvous address, and the job's supervisor started with the srun/torchrun/plain command",
+    "launch": "rendezvous address; the supervisor, started with the srun/torchrun/plain command",
 }
 
 SUFFIX = ".sh.j2"

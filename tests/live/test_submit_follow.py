@@ -48,6 +48,7 @@ class Rendered:
     site_name: str
     output_dir: Path
     blocks: dict[str, str] = field(default_factory=dict)
+    supervisor: Path | None = None  # a plain script runs no supervisor
 
 
 @dataclass

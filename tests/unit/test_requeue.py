@@ -432,9 +432,7 @@ def test_begin_enforces_total_budget_on_slurm_requeues(
         "3.0\t300\t0\tstart\t-\tcheckpoint=1\n"
     )
     assert _begin(_supervisor(env, max_total=1)) == 1
-    # The bash library said "total requeue budget exhausted (1/1); giving up"; the event is
-    # the same.
-    assert "requeue budget exhausted: 1/1 requeues in total" in capsys.readouterr().err
+    assert "total requeue budget exhausted (1/1); giving up" in capsys.readouterr().err
     last = (tmp_path / "run" / "chain-300.tsv").read_text().splitlines()[-1].split("\t")
     assert last[3:] == ["end", "fail", "requeue budget exhausted: 1/1 requeues in total"]
 

@@ -281,9 +281,10 @@ def test_job_with_an_unusable_folder_fails_with_its_own_cause(
     assert "cannot use the checkpoint folder" in capsys.readouterr().err
     event, cause, detail = _events(tmp_path)[-1]
     assert (event, cause) == ("end", "fail")
-    # The bash library gave mkdir's message ("mkdir: cannot create directory ..."); the
-    # supervisor gives the system's.
-    assert detail == f"checkpoint folder unusable: {blocker}/ck: Not a directory"
+    assert detail == (
+        f"checkpoint folder unusable: {blocker}/ck: mkdir: cannot create directory "
+        f"'{blocker}/ck': Not a directory"
+    )
 
 
 # ---- the CLI: --dry-run makes the same decision; --fresh and --resume exclude each other ------

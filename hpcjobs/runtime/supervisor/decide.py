@@ -108,6 +108,8 @@ class Verdict(NamedTuple):
     goes_on: bool
     #: The end event's detail when it does not go on.
     reason: str = ""
+    #: It does not go on because the total budget is spent (not the cause's).
+    total_spent: bool = False
 
 
 def budget_verdict(
@@ -116,7 +118,9 @@ def budget_verdict(
     """Whether one more requeue for ``cause`` is allowed, ``used`` of its ``allowed`` and
     ``total`` of ``max_total`` (None: no limit) having been spent before it."""
     if max_total is not None and total >= max_total:
-        return Verdict(False, f"requeue budget exhausted: {total}/{max_total} requeues in total")
+        return Verdict(
+            False, f"requeue budget exhausted: {total}/{max_total} requeues in total", True
+        )
     if used >= allowed:
         if allowed == 0 and cause == APPLICATION:
             return Verdict(False, f"application failed with exit code {rc} (not requeued)")

@@ -328,7 +328,7 @@ class Supervisor:
             if not os.access(folder, os.W_OK):
                 error = "not writable"
         except OSError as exc:
-            error = exc.strerror or str(exc)
+            error = f"mkdir: cannot create directory '{exc.filename or folder}': {exc.strerror}"
         if error:
             self.event("end", "fail", f"checkpoint folder unusable: {folder}: {error}")
             self.log(
@@ -405,18 +405,18 @@ class Supervisor:
     def enforce_budget(self, cause: str) -> None:
         """After logging a requeue for ``cause`` at the start of a run: end the chain when that
         requeue was over its budget."""
-        verdict = decide.budget_verdict(
-            cause,
-            self.events.count("requeue", cause) - 1,
-            self.budget(cause),
-            self.events.count("requeue") - 1,
-            self.policy.max_total,
-        )
-        if not verdict.goes_on:
-            self.event("end", "fail", verdict.reason)
-            self.log(f"{verdict.reason}; giving up")
-            self.chain_ends()
-            raise Stop(1)
+        used, allowed = self.events.count("requeue", cause) - 1, self.budget(cause)
+        total = self.events.count("requeue") - 1
+        verdict = decide.budget_verdict(cause, used, allowed, total, self.policy.max_total)
+        if verdict.goes_on:
+            return
+        self.event("end", "fail", verdict.reason)
+        if verdict.total_spent:
+            self.log(f"total requeue budget exhausted ({total}/{self.policy.max_total}); giving up")
+        else:
+            self.log(f"requeue budget for {cause} exhausted ({used}/{allowed}); giving up")
+        self.chain_ends()
+        raise Stop(1)
 
     def faults_begin(self) -> None:
         """Empty the rank output copies, note where this run's stderr begins, and mark the time
@@ -1033,7 +1033,13 @@ class Supervisor:
                 self.chain_over()
             else:
                 self.chain_ends()
-            self.log(f"{cause} (exit code {rc}): {verdict.reason}; not requeued")
+            if verdict.total_spent:
+                self.log(
+                    f"{cause}, but the total requeue budget is exhausted "
+                    f"({self.events.count('requeue')}/{self.policy.max_total})"
+                )
+            else:
+                self.log(f"{cause} (exit code {rc}); not requeued ({used}/{allowed} requeues used)")
             return decide.exit_code(cause, rc, False)
         if cause in (INFRASTRUCTURE, STALL):
             self.fault_exclude(cause, suspect)

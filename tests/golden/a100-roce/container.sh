@@ -162,7 +162,7 @@ export -f hpcjobs_start hpcjobs_rank_setup
 # failed, or continued from its last checkpoint after a preemption, the time limit or a fault.
 # It is Python (standard library only) that 'hpcjobs submit' writes next to the job's output.
 hpcjobs_policy='{"budgets":{"application":0,"infrastructure":3,"node_failure":5,"preemption":50,"stall":3,"timeout":10},"format":1,"forward":["USR2","TERM"],"health_check":"","health_timeout":60,"lead":180,"max_excluded":8,"max_total":null,"patterns":[],"sbatch_args":["--job-name=container-train","--partition=finetune","--nodes=2","--ntasks-per-node=4","--cpus-per-task=32","--gpus-per-node=a100:4","--time=02:00:00","--output=/home/user/hpcjobs/runs/container-train/slurm-%j.out","--open-mode=append","--signal=B:USR2@180","--requeue"],"signal":"USR2","stall_grace":10,"stall_timeout":1800,"standby":true}'
-hpcjobs_supervisor=/home/user/hpcjobs/runs/container-train/.hpcjobs/supervisor-5fd9f93b7bc5d6cd.pyz
+hpcjobs_supervisor=/home/user/hpcjobs/runs/container-train/.hpcjobs/supervisor-28503a8b1fadb809.pyz
 if [ ! -r "$hpcjobs_supervisor" ]; then echo "hpcjobs: the job's supervisor $hpcjobs_supervisor is missing ('hpcjobs submit' writes it)" >&2; exit 2; fi
 # shellcheck disable=SC2016
 exec "${HPCJOBS_PYTHON:-python3}" "$hpcjobs_supervisor" --script "$0" --policy "$hpcjobs_policy" -- \
