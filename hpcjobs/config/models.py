@@ -38,6 +38,8 @@ OUTPUT_DIR_PLACEHOLDERS = frozenset({"job_name", "user", "site", "partition"})
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 _IFNAME = re.compile(r"[A-Za-z0-9_.:@-]+")
+#: A command name or an absolute path, as the job's shell finds it on the compute nodes.
+_COMMAND = re.compile(r"/?[A-Za-z0-9_.+][A-Za-z0-9_.+-]*(/[A-Za-z0-9_.+-]+)*")
 
 
 def _name(value: str) -> str:
@@ -50,6 +52,12 @@ def _env_name(value: str) -> str:
 
 def _ifname(value: str) -> str:
     return check_pattern(value, _IFNAME, "is not a valid interface or device name")
+
+
+def _command(value: str) -> str:
+    return check_pattern(
+        value, _COMMAND, "is not a command name or an absolute path (letters, digits, '._+-/')"
+    )
 
 
 def _scalar_to_str(value: object) -> object:
@@ -308,6 +316,10 @@ class Setup(_Model):
     modules: list[NotOption] = Field(default_factory=list)
     lines: list[SafeStr] = Field(default_factory=list)
     container: Container = Field(default_factory=Container)
+    #: The Python (3.8 or newer) that runs the job's supervisor on the compute nodes.
+    python: Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_command)] = (
+        "python3"
+    )
 
 
 class MaxRequeues(_Model):

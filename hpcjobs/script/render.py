@@ -26,6 +26,7 @@ from hpcjobs.jobs.runfolder import (
 from hpcjobs.jobs.supervisorapp import supervisor_path
 from hpcjobs.runtime.checkpoint import ENV_GPU_INTERVAL, ENV_GPU_QUERY, GPU_QUERY
 from hpcjobs.runtime.distributed import PORT_BASE, PORT_SPAN
+from hpcjobs.runtime.supervisor.cli import ENV_PYTHON
 from hpcjobs.script.binding import BindingPlan, plan_binding
 from hpcjobs.script.jobspec import JobSpec, Where, resolve_spec
 from hpcjobs.script.sbatchopts import check_sbatch_options, is_first_submission_only
@@ -239,6 +240,7 @@ def _context(
         EnvVar(ENV_GPU_QUERY, GPU_QUERY, "hpcjobs"),
         EnvVar(ENV_FINGERPRINT, run_print, "hpcjobs"),
         EnvVar(ENV_RUN_FILE, f"{job.checkpoint_dir}/{RUN_FILE}", "hpcjobs"),
+        EnvVar(ENV_PYTHON, site.setup.python, "hpcjobs"),
     ]
     per_rank_nics = bool(
         plan is not None

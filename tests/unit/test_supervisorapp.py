@@ -61,3 +61,26 @@ def test_it_runs_isolated_from_any_installed_hpcjobs(tmp_path: Path, python: str
         [python, "-I", str(app), "agent", "--help"], capture_output=True, text=True, check=True
     )
     assert "--shared" in agent.stdout
+
+
+@pytest.mark.parametrize("python", ["python3", "/opt/conda/bin/python3.12", "python3.11"])
+def test_the_sites_python_runs_the_supervisor(python: str) -> None:
+    from hpcjobs.config.loader import load_site
+    from hpcjobs.script.jobspec import parse_spec
+    from hpcjobs.script.render import render_job
+
+    site = load_site("sandbox")
+    site = site.model_copy(update={"setup": site.setup.model_copy(update={"python": python})})
+    script = render_job(parse_spec({"command": ["python", "t.py"]}), site).script
+    assert f"export HPCJOBS_PYTHON={python}\n" in script
+    assert 'exec "$HPCJOBS_PYTHON" "$hpcjobs_supervisor"' in script
+
+
+@pytest.mark.parametrize("python", ["python3 -u", "", "py;rm", "-python3", "$(id)"])
+def test_setup_python_is_a_command_or_a_path(python: str) -> None:
+    from pydantic import ValidationError
+
+    from hpcjobs.config.models import Setup
+
+    with pytest.raises(ValidationError):
+        Setup(python=python)

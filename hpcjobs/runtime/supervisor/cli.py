@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 import sys
 
+#: The Python that runs the supervisor and its agents (the site's ``setup.python``).
+ENV_PYTHON = "HPCJOBS_PYTHON"
+
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["agent"]:
@@ -36,9 +39,9 @@ def main(argv: list[str]) -> int:
 
 
 def _program() -> list[str]:
-    """How the agents run this program on every node: the site's python3 (``HPCJOBS_PYTHON``)
+    """How the agents run this program on every node: the site's Python (``HPCJOBS_PYTHON``)
     and this zipapp, or this module where hpcjobs is installed."""
-    python = os.environ.get("HPCJOBS_PYTHON") or "python3"
+    python = os.environ.get(ENV_PYTHON) or "python3"
     me = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     if me.endswith(".pyz"):
         return [python, me]
