@@ -42,12 +42,12 @@ from .eventlog import EventLog
 from .policy import Policy
 from .signatures import all_patterns
 from .slurm import Slurm, field, line_value
+from .srunlog import failed_hostlists, first_failure, has_node_failure
 from .stall import StallWatch
+from .successor import successor_args, successor_env
 
 #: At most this much of the job's stderr is read to classify a run's end.
 STDERR_LIMIT = 16 * 1024 * 1024
-_SRUN_TASK = re.compile(r"^srun: error: ([^ :]+): tasks? ([0-9,-]+): (.*)$", re.M)
-_NODE_FAILURE = "srun: error: Node failure on "
 
 
 class Stop(Exception):
@@ -509,40 +509,12 @@ class Supervisor:
     # ---- the standby --------------------------------------------------------------------------
 
     def successor_args(self) -> list[str]:
-        """This job's sbatch options for a job that continues its chain: without the ones for
-        the first submission only, with the chain's exclusions, its array task and comment;
-        every run appends to the first run's log files."""
-        root = self.root or self.self_id
-        exclude = list(self.events.excluded())
-        kept: list[str] = []
-        skip = False
-        for arg in self.policy.sbatch_args:
-            if skip:
-                skip = False
-                continue
-            if arg.startswith(
-                ("--array=", "--dependency=", "--comment=", "--kill-on-invalid-dep=")
-            ):
-                continue
-            if arg in ("-a", "-d", "--array", "--dependency", "--comment"):
-                skip = True
-                continue
-            if arg.startswith(("-a", "-d")):
-                continue
-            if arg.startswith("--exclude="):
-                exclude.append(arg[len("--exclude=") :])
-                continue
-            if arg.startswith(("--output=", "--error=")):
-                arg = arg.replace("%j", root).replace("%A", root.split("_")[0])
-            kept.append(arg)
-        if exclude:
-            kept.append("--exclude=" + ",".join(exclude))
-        if self.task:
-            kept.append("--array=" + self.task)
+        """This job's sbatch options for a job that continues its chain (:mod:`.successor`)."""
         comment = (self.slurm.queue_value(self.job, "%k") or [""])[0].strip()
-        if comment and comment != "(null)":
-            kept.append("--comment=" + comment)
-        return kept
+        root = self.root or self.self_id
+        return successor_args(
+            self.policy.sbatch_args, root, self.events.excluded(), self.task, comment
+        )
 
     def submit_next(self, dependency: str, standby_for: str, extra: Sequence[str] = ()) -> str:
         """Submit a job that continues this chain once ``dependency`` holds; its id (1234, or
@@ -550,15 +522,7 @@ class Supervisor:
         run. Raises RuntimeError with sbatch's message when it fails."""
         args = self.successor_args()
         # A clean environment: the new job must not inherit this job's SLURM_* settings.
-        env = {
-            k: v
-            for k, v in self.env.items()
-            if not re.match(r"(SLURM|SBATCH|SALLOC|SRUN)_", k) or k == "SLURM_CONF"
-        }
-        env.pop("HPCJOBS_STANDBY_FOR", None)
-        env["HPCJOBS_CHAIN_ROOT"] = self.root or self.self_id
-        if standby_for:
-            env["HPCJOBS_STANDBY_FOR"] = standby_for
+        env = successor_env(self.env, self.root or self.self_id, standby_for)
         cwd = self.env.get("SLURM_SUBMIT_DIR") or self.run_dir
         argv = ["--dependency=" + dependency, *list(extra), *args, self.script]
         result = self.slurm.submit(argv, cwd, env)
@@ -795,7 +759,6 @@ class Supervisor:
         """The nodes whose failure ended ``job``: srun names them in the job's stderr when the
         batch host lived on; when nothing names one, the batch host died with the job. Nodes
         Slurm now shows DOWN, DRAIN, FAIL or NOT_RESPONDING count too."""
-        named: list[str] = []
         text = ""
         if self.err_file:
             try:
@@ -804,16 +767,9 @@ class Supervisor:
                     text = handle.read().decode("utf-8", "replace")
             except OSError:
                 text = ""
-        mark = f"hpcjobs[{job}]: run "
-        on = False
-        for line in text.splitlines():
-            if mark in line:
-                on = True
-                continue
-            if on and line.startswith(_NODE_FAILURE):
-                rest = line[len(_NODE_FAILURE) :]
-                if rest and " " not in rest:
-                    named += self.slurm.hostnames(rest)
+        named: list[str] = []
+        for hostlist in failed_hostlists(text, job):
+            named += self.slurm.hostnames(hostlist)
         if not named and batch and batch != "(null)":
             named = [batch]
         down = re.compile(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|\*")
@@ -865,20 +821,15 @@ class Supervisor:
         """After a non-zero exit no signal explains: (cause, suspect, evidence). Infrastructure
         when the first failing task's output shows a signature, or it died of SIGBUS or
         SIGKILL; else application, and nobody is blamed."""
-        found = _SRUN_TASK.search(self.run_stderr())
-        if not found:
+        failure = first_failure(self.run_stderr())
+        if failure is None:
             return APPLICATION, "", ""
-        node, tasks, what = found.group(1), found.group(2), found.group(3)
-        first = re.split(r"[,-]", tasks)[0]
+        node, tasks, what = failure
         files: list[str] = []
         if self.capture_dir:
-            own = os.path.join(self.capture_dir, f"{node}.rank-{first}")
-            others = sorted(
-                glob.glob(
-                    os.path.join(glob.escape(self.capture_dir), glob.escape(node) + ".rank-*")
-                )
-            )
-            files = [f for f in [own, *others] if os.path.isfile(f)]
+            own = os.path.join(self.capture_dir, f"{node}.rank-{failure.first_task}")
+            pattern = os.path.join(glob.escape(self.capture_dir), glob.escape(node) + ".rank-*")
+            files = [f for f in [own, *sorted(glob.glob(pattern))] if os.path.isfile(f)]
             files = list(dict.fromkeys(files))
         evidence = self.signature(files)
         if evidence:
@@ -933,8 +884,8 @@ class Supervisor:
             # id, and the program's exit (0 after a checkpoint) must not mark the job done.
             runs = self.slurm.acct_runs(self.job)
             requeued = runs[self.restart][0] if len(runs) > self.restart else ""
-        node_failed = bool(re.search(r"JobState=NODE_FAIL|Reason=NodeDown", info)) or any(
-            line.startswith(_NODE_FAILURE) for line in self.run_stderr().splitlines()
+        node_failed = bool(re.search(r"JobState=NODE_FAIL|Reason=NodeDown", info)) or (
+            has_node_failure(self.run_stderr())
         )
         preempted = bool(re.search(r"PreemptTime=[0-9]", info))
         early = requeued is not None or node_failed or preempted
