@@ -68,7 +68,16 @@ def resumed(job: Job, after: int = 1, timeout: float = 60) -> tuple[Interruption
         starts = [e for e in chain.events if e.event == "start"]
         return stops[after - 1], starts[after]
 
-    return wait_for(f"chain {job.root} to run again", probe, timeout, every=0.1)
+    try:
+        return wait_for(f"chain {job.root} to run again", probe, timeout, every=0.1)
+    except BaseException:
+        # What the queue and the event log say, for the failure's report.
+        listing = job.cluster.slurm("squeue", "-a", "-o", "%i %j %T %r %E %N", check=False)
+        print(f"queue:\n{listing}\nevent log:\n{job.chain_file.read_text()}")
+        for line in listing.splitlines()[1:]:
+            print(job.cluster.slurm("scontrol", "show", "job", line.split()[0], check=False))
+        print(f"log:\n{job.log[-3000:]}")
+        raise
 
 
 def hung_since(chain: Chain) -> float:

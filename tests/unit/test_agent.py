@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -79,6 +80,20 @@ def test_report_reads_node_histories_and_old_rank_logs(tmp_path: Path) -> None:
     assert progress[3][0].host == "n2"
 
 
+def test_a_step_is_dated_by_its_report_not_by_the_agents_cycle(tmp_path: Path, node: str) -> None:
+    """Agents on different nodes cycle out of phase: ranks stopped at the same moment must
+    still look tied to the stall watch."""
+    local, shared = tmp_path / "local", tmp_path / "shared"
+    local.mkdir()
+    shared.mkdir()
+    _report(local, 2, 9)
+    stamp = time.time() - 30
+    os.utime(local / "rank-2", (stamp, stamp))
+    Agent(str(local), str(shared), every=1.0, since=stamp - 5).cycle()
+    idle = read_summary((shared / "node-n7").read_text(), time.time()).ranks[2][1]
+    assert 29 < idle < 40
+
+
 def test_reports_left_by_an_earlier_run_do_not_count(tmp_path: Path, node: str) -> None:
     local, shared = tmp_path / "local", tmp_path / "shared"
     local.mkdir()
@@ -106,7 +121,7 @@ def test_the_history_is_thinned_past_its_limit(
     assert (shared / "node-n7.log").stat().st_size <= 2000 + 100
 
 
-def test_the_agent_ends_on_sigterm_and_removes_its_folder(tmp_path: Path) -> None:
+def test_the_agent_ends_on_sighup_and_removes_its_folder(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     base = tmp_path / "tmp"
@@ -125,8 +140,13 @@ def test_the_agent_ends_on_sigterm_and_removes_its_folder(tmp_path: Path) -> Non
             time.sleep(0.05)
         (base / "n3" / "rank-4").write_text("11\n")
         time.sleep(0.6)
+        # A cancel's SIGTERM reaches every process of the job: the agent keeps going while
+        # the ranks checkpoint; the supervisor's SIGHUP ends it.
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.poll() is None
     finally:
-        proc.terminate()
+        proc.send_signal(signal.SIGHUP)
         assert proc.wait(timeout=20) == 0
     assert not base.exists()
     assert read_summary((shared / "node-n3").read_text(), time.time()).ranks[4][0] == 11

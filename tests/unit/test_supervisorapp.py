@@ -73,7 +73,7 @@ def test_the_sites_python_runs_the_supervisor(python: str) -> None:
     site = site.model_copy(update={"setup": site.setup.model_copy(update={"python": python})})
     script = render_job(parse_spec({"command": ["python", "t.py"]}), site).script
     assert f"export HPCJOBS_PYTHON={python}\n" in script
-    assert 'exec "$HPCJOBS_PYTHON" "$hpcjobs_supervisor"' in script
+    assert 'exec "$HPCJOBS_PYTHON" -E -s "$hpcjobs_supervisor"' in script
 
 
 @pytest.mark.parametrize("python", ["python3 -u", "", "py;rm", "-python3", "$(id)"])

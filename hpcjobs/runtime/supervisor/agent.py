@@ -16,8 +16,8 @@ writes, in the chain's shared progress folder,
 
 and, where ``nvidia-smi`` exists, samples the node's GPUs into ``gpu-<root>/<node>.csv``. So the
 shared folder sees a few metadata operations per node every few seconds, whatever the number of
-ranks or their step rate. On SIGTERM (the supervisor ends the step) it writes once more and
-removes its node-local folder.
+ranks or their step rate. On SIGHUP (the supervisor, once the program's step has ended) it
+writes once more and removes its node-local folder.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class _Rank:
 
     def __init__(self) -> None:
         self.step = -1
-        self.seen = 0.0  # monotonic time the step changed
+        self.seen = 0.0  # when the rank reached its step (epoch seconds, its file's mtime)
         self.forwarded = -1  # the newest step written to the history (ranks without a log)
         self.has_log = False
         self.log_offset = 0
@@ -69,6 +69,7 @@ class Agent:
         gpu_every: int = 0,
         gpu_query: str = "",
         gpu_dir: str = "",
+        since: float | None = None,
     ) -> None:
         self.local = local
         self.shared = shared
@@ -79,23 +80,29 @@ class Agent:
         self.node = node_name()
         self.job = os.environ.get("SLURM_JOB_ID", "0")
         self.ranks: dict[int, _Rank] = {}
-        self.started = time.time()
-        self.stop = threading.Event()
+        #: Reports older than this (epoch seconds) were left by an earlier run on the node.
+        self.since = time.time() if since is None else since
+        self.stopping = False
         self.next_gpu = 0.0
+        self.sampler: threading.Thread | None = None
 
     def run(self) -> int:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda *_: self.stop.set())
-        # The warning signal reaches every process of the job's steps: it is not for the agent.
-        for name in ("SIGUSR1", "SIGUSR2"):
+        """Cycle until SIGHUP or SIGINT (what the supervisor sends when the step has ended).
+        The warning signal and SIGTERM reach every process of the job (a preemption, a cancel,
+        the time limit): the agent keeps going while the ranks checkpoint, and is killed with
+        the job if the supervisor cannot stop it."""
+        for sig in (signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, self._stop)
+        for name in ("SIGTERM", "SIGUSR1", "SIGUSR2"):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
         old = os.umask(0o077)
         try:
             os.makedirs(self.local, exist_ok=True)
-            while True:
+            while not self.stopping:
                 self.cycle()
-                if self.stop.wait(self.every):
-                    break
+                deadline = time.monotonic() + self.every
+                while not self.stopping and time.monotonic() < deadline:
+                    time.sleep(min(0.2, self.every))
             self.cycle()
         finally:
             os.umask(old)
@@ -103,6 +110,9 @@ class Agent:
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.dirname(self.local))  # the last node on this host
         return 0
+
+    def _stop(self, _signum: int, _frame: object) -> None:
+        self.stopping = True
 
     def cycle(self) -> None:
         """Read the node's reports once; write the summary, the history and a GPU sample."""
@@ -118,39 +128,45 @@ class Agent:
                 continue
             if name.endswith(".log"):
                 number = name[len("rank-") : -len(".log")]
-                if number.isdigit():
+                if number.isdecimal():
                     history += self._forward_log(int(number), entry)
                 continue
             number = name[len("rank-") :]
-            if number.isdigit():
-                self._read_step(int(number), entry, now_mono)
+            if number.isdecimal():
+                self._read_step(int(number), entry)
         for rank, state in sorted(self.ranks.items()):
             # A rank without a log of its own: its newest step, once per cycle.
             if not state.has_log and state.step > state.forwarded:
-                when = now_wall - (now_mono - state.seen)
-                history.append(f"{rank} {when:.3f} {state.step} {self.node}\n")
+                history.append(f"{rank} {state.seen:.3f} {state.step} {self.node}\n")
                 state.forwarded = state.step
-        self._write_summary(now_mono, now_wall)
+        self._write_summary(now_wall)
         if history:
             self._append_history(history)
         if self.gpu_every and now_mono >= self.next_gpu:
             self.next_gpu = now_mono + self.gpu_every
-            self._sample_gpus()
+            # In a thread of its own: nvidia-smi can hang on a sick GPU, the cycle must not.
+            if self.sampler is None or not self.sampler.is_alive():
+                self.sampler = threading.Thread(target=self._sample_gpus, daemon=True)
+                self.sampler.start()
 
-    def _read_step(self, rank: int, entry: os.DirEntry[str], now: float) -> None:
+    def _read_step(self, rank: int, entry: os.DirEntry[str]) -> None:
+        """A rank's newest step, dated by its file (replaced at every step): when the rank
+        reached it, whatever the agents' phases, so that ranks stopped at the same moment on
+        different nodes are seen tied."""
         try:
-            if entry.stat().st_mtime < self.started - 1:
+            changed = entry.stat().st_mtime
+            if changed < self.since - 1:
                 return  # left by an earlier run on this node
             with open(entry.path, encoding="utf-8", errors="replace") as handle:
                 words = handle.readline().split()
         except OSError:
             return
-        if not words or not words[0].isdigit():
+        if not words or not words[0].isdecimal():
             return
         state = self.ranks.setdefault(rank, _Rank())
         step = int(words[0])
         if step != state.step:
-            state.step, state.seen = step, now
+            state.step, state.seen = step, changed
 
     def _forward_log(self, rank: int, entry: os.DirEntry[str]) -> list[str]:
         """What a rank logged since the last cycle (its own log, kept by ProgressWriter), with
@@ -182,11 +198,11 @@ class Agent:
             lines.append(f"{rank} {' '.join(words[:4])}\n")
         return lines
 
-    def _write_summary(self, now_mono: float, now_wall: float) -> None:
+    def _write_summary(self, now_wall: float) -> None:
         lines = [f"{now_wall:.3f} {self.node} {self.job}\n"]
         for rank, state in sorted(self.ranks.items()):
             if state.step >= 0:
-                lines.append(f"{rank} {state.step} {now_mono - state.seen:.1f}\n")
+                lines.append(f"{rank} {state.step} {max(0.0, now_wall - state.seen):.1f}\n")
         path = os.path.join(self.shared, f"node-{self.node}")
         tmp = os.path.join(self.shared, f".node-{self.node}.tmp")
         try:
@@ -271,7 +287,7 @@ def read_summary(text: str, now: float) -> Summary:
     ranks: dict[int, tuple[int, float]] = {}
     for line in lines[1:]:
         words = line.split()
-        if len(words) == 3 and words[0].isdigit() and words[1].isdigit():
+        if len(words) == 3 and words[0].isdecimal() and words[1].isdecimal():
             try:
                 ranks[int(words[0])] = (int(words[1]), float(words[2]) + age)
             except ValueError:
@@ -285,7 +301,7 @@ def split_history(text: str) -> dict[int, str]:
     out: dict[int, list[str]] = {}
     for line in text.splitlines():
         rank, _, rest = line.partition(" ")
-        if rank.isdigit() and rest:
+        if rank.isdecimal() and rest:
             out.setdefault(int(rank), []).append(rest)
     return {rank: "\n".join(lines) + "\n" for rank, lines in out.items()}
 

@@ -44,7 +44,7 @@ def _program() -> list[str]:
     python = os.environ.get(ENV_PYTHON) or "python3"
     me = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     if me.endswith(".pyz"):
-        return [python, me]
+        return [python, "-E", "-s", me]
     return [python, "-m", "hpcjobs.runtime.supervisor"]
 
 
@@ -59,8 +59,15 @@ def _agent(argv: list[str]) -> int:
     parser.add_argument("--gpu-every", type=int, default=0, help="seconds between GPU samples")
     parser.add_argument("--gpu-query", default="", help="nvidia-smi --query-gpu fields")
     parser.add_argument("--gpu-dir", default="", help="where <node>.csv goes")
+    parser.add_argument("--since", type=float, default=None, help="older reports do not count")
     args = parser.parse_args(argv)
     agent = Agent(
-        local_dir(), args.shared, args.every, args.gpu_every, args.gpu_query, args.gpu_dir
+        local_dir(),
+        args.shared,
+        args.every,
+        args.gpu_every,
+        args.gpu_query,
+        args.gpu_dir,
+        since=args.since,
     )
     return agent.run()

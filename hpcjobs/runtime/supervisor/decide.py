@@ -186,16 +186,16 @@ def seconds(text: str) -> int | None:
     """Slurm's ``D-HH:MM:SS``, ``HH:MM:SS``, ``MM:SS`` or ``SS`` in seconds (None otherwise:
     UNLIMITED, NOT_SET, empty)."""
     text = text.strip()
-    if not text[:1].isdigit():
+    if not text[:1].isdecimal():
         return None
     days = 0
     if "-" in text:
         head, text = text.split("-", 1)
-        if not head.isdigit():
+        if not head.isdecimal():
             return None
         days = int(head)
     parts = text.split(":")
-    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+    if not all(p.isdecimal() for p in parts) or not 1 <= len(parts) <= 3:
         return None
     values = [0] * (3 - len(parts)) + [int(p) for p in parts]
     return days * 86400 + values[0] * 3600 + values[1] * 60 + values[2]

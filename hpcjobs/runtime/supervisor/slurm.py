@@ -51,8 +51,11 @@ class Slurm:
         timeout: float = 20,
         cwd: str | None = None,
         env: dict[str, str] | None = None,
+        retry: bool = True,
     ) -> Result:
-        for _ in range(2):
+        """Run ``argv``; one killed by SIGTERM runs once more when ``retry`` (never for a
+        command that may have done its work before it was killed: sbatch, srun)."""
+        for _ in range(2 if retry else 1):
             try:
                 proc = subprocess.run(
                     list(argv),
@@ -89,7 +92,7 @@ class Slurm:
     def partition_nodes(self, partition: str) -> int | None:
         info = self.run(["scontrol", "show", "partition", partition, "-o"]).out
         total = field(info, "TotalNodes")
-        return int(total) if total.isdigit() else None
+        return int(total) if total.isdecimal() else None
 
     def acct_state(self, job: str) -> str:
         """``job``'s final state in accounting (its newest run), or ""."""
@@ -139,4 +142,5 @@ class Slurm:
         return self.run(["scontrol", "requeue", job]).rc == 0
 
     def submit(self, argv: Sequence[str], cwd: str, env: dict[str, str]) -> Result:
-        return self.run(["sbatch", "--parsable", *list(argv)], timeout=60, cwd=cwd, env=env)
+        argv = ["sbatch", "--parsable", *list(argv)]
+        return self.run(argv, timeout=60, cwd=cwd, env=env, retry=False)

@@ -50,6 +50,11 @@ from .successor import successor_args, successor_env
 STDERR_LIMIT = 16 * 1024 * 1024
 
 
+#: How long the agents get to write once more and clean up (an agent on a dead node never
+#: answers: its srun is killed then).
+AGENTS_STOP_S = 5
+
+
 class Stop(Exception):
     """The chain must not run the program in this job: exit with ``code``."""
 
@@ -145,7 +150,7 @@ class Supervisor:
         best = -1
         for path in glob.glob(os.path.join(glob.escape(self.ckpt_dir), "step-*")):
             name = os.path.basename(path)[len("step-") :]
-            if name.isdigit() and os.path.isfile(os.path.join(path, "COMPLETE")):
+            if name.isdecimal() and os.path.isfile(os.path.join(path, "COMPLETE")):
                 best = max(best, int(name))
         return best
 
@@ -155,7 +160,7 @@ class Supervisor:
                 value = handle.read().strip()
         except OSError:
             return -1
-        return int(value) if value.isdigit() else -1
+        return int(value) if value.isdecimal() else -1
 
     def position(self) -> str:
         return f"checkpoint={self.latest_step()} progress={self.progress()}"
@@ -177,12 +182,29 @@ class Supervisor:
         for name in self.policy.forward:
             signal.signal(getattr(signal, "SIG" + name), self._on_signal)
         try:
-            self.begin()
-        except Stop as stop:
-            return stop.code
-        self.launch()
-        rc = self.wait()
-        return self.finish(rc)
+            try:
+                self.begin()
+            except Stop as stop:
+                return stop.code
+            self.launch()
+            rc = self.wait()
+            return self.finish(rc)
+        except Exception as exc:
+            return self.crashed(exc)
+
+    def crashed(self, exc: BaseException) -> int:
+        """The supervisor itself failed: say so in the event log, let nothing of the chain
+        run after this job (its standby would blame this batch host), stop the step."""
+        what = f"supervisor error: {type(exc).__name__}: {exc}"
+        self.log(what)
+        self.event("end", "fail", what)
+        for action in (self.standby_cancel, self.stop_agents):
+            with contextlib.suppress(Exception):
+                action()
+        if self.child is not None and self.child.poll() is None:
+            with contextlib.suppress(OSError):
+                self.child.kill()
+        return 1
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         name = signal.Signals(signum).name[3:]
@@ -452,9 +474,10 @@ class Supervisor:
                 _private_mkdir(mine)
         argv = [*self.program, "agent", "--shared", self.progress_dir]
         argv += ["--every", str(agent_interval(self.policy.stall_timeout))]
+        argv += ["--since", f"{time.time():.3f}"]
         every = self.env.get("HPCJOBS_GPU_MONITOR_INTERVAL", "0")
         query = self.env.get("HPCJOBS_GPU_QUERY", "")
-        if every.isdigit() and int(every) > 0 and query:
+        if every.isdecimal() and int(every) > 0 and query:
             folder = os.path.join(self.run_dir, f"gpu-{self.root}")
             try:
                 _private_mkdir(folder)
@@ -462,7 +485,7 @@ class Supervisor:
             except OSError:
                 pass
         nodes = self.env.get("SLURM_JOB_NUM_NODES", "1")
-        if nodes.isdigit() and int(nodes) > 1 and shutil.which("srun"):
+        if nodes.isdecimal() and int(nodes) > 1 and shutil.which("srun"):
             argv = [
                 "srun",
                 "--overlap",
@@ -490,15 +513,15 @@ class Supervisor:
         agents = self.agents
         if agents is not None and agents.poll() is None:
             if self.agents_step:
-                # SIGTERM to the agents themselves: srun's own answer to SIGTERM kills them.
+                # SIGHUP to the agents themselves (they ignore the SIGTERM of a cancel).
                 for line in self.slurm.queue_value(self.job, "%i %j", steps=True):
                     words = line.split()
                     if len(words) == 2 and words[1] == AGENT_STEP:
-                        self.slurm.cancel(words[0], "TERM")
+                        self.slurm.cancel(words[0], "HUP")
             else:
-                agents.terminate()
+                agents.send_signal(signal.SIGHUP)
             try:
-                agents.wait(timeout=15)
+                agents.wait(timeout=AGENTS_STOP_S)
             except subprocess.TimeoutExpired:
                 agents.kill()
         # An agent killed before it cleaned up leaves this node's folder: it goes too.
@@ -528,7 +551,7 @@ class Supervisor:
         result = self.slurm.submit(argv, cwd, env)
         text = (result.out + result.err).strip()
         new = result.out.strip().split(";", 1)[0]
-        if result.rc != 0 or not new.isdigit():
+        if result.rc != 0 or not new.isdecimal():
             raise RuntimeError(text or "sbatch failed")
         return f"{new}_{self.task}" if self.task else new
 
@@ -598,7 +621,7 @@ class Supervisor:
         it may still show COMPLETING; accounting has the final state then. Asks both, twice a
         second, for at most HPCJOBS_FINAL_STATE_WAIT s (60); "" if neither says."""
         wait = self.env.get("HPCJOBS_FINAL_STATE_WAIT", "60")
-        deadline = time.monotonic() + (int(wait) if wait.isdigit() else 60)
+        deadline = time.monotonic() + (int(wait) if wait.isdecimal() else 60)
         while True:
             if decide.has_ended(state):
                 return state.split(" ", 1)[0]
@@ -806,7 +829,7 @@ class Supervisor:
             return False
         argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=" + node]
         argv += ["--job-name=hpcjobs-health-check", "--quiet", "bash", "-c", check]
-        result = self.slurm.run(argv, timeout=self.policy.health_timeout)
+        result = self.slurm.run(argv, timeout=self.policy.health_timeout, retry=False)
         lines = (result.out + result.err).strip().splitlines()
         last = lines[-1][:200] if lines else ""
         if result.rc == 0:
@@ -879,7 +902,7 @@ class Supervisor:
         info = self.slurm.show_job(self.job)
         restarts = field(info, "Restarts")
         requeued = None
-        if restarts.isdigit() and int(restarts) > self.restart:
+        if restarts.isdecimal() and int(restarts) > self.restart:
             # Slurm counts a requeue as soon as it decides it: the job comes back with the same
             # id, and the program's exit (0 after a checkpoint) must not mark the job done.
             runs = self.slurm.acct_runs(self.job)
@@ -938,10 +961,18 @@ class Supervisor:
             self.exclude(NODE_FAILURE, failed)
 
     def finish(self, rc: int) -> int:
-        """Decide and act after the launcher exited; the job's exit code."""
+        """Decide and act after the launcher exited; the job's exit code. The agents are
+        stopped last: after a node failure Slurm kills this job within KillWait, and the
+        decision must be logged (and the standby retargeted) before that."""
         if self.watch is not None:
             self.watch.close()
-        self.stop_agents()
+        try:
+            return self.decide_and_act(rc)
+        finally:
+            self.stop_agents()
+
+    def decide_and_act(self, rc: int) -> int:
+        """What :meth:`finish` does once the step has exited."""
         if self.is_done():
             self.event("end", "finish", "done marker present")
             self.chain_ends()
