@@ -221,9 +221,7 @@ def test_script_ends_in_its_supervisor_with_the_jobs_policy(tmp_path: Path) -> N
     assert rendered.supervisor.name.startswith("supervisor-")
     assert str(rendered.supervisor) in rendered.script
     lines = rendered.script.rstrip("\n").split("\n")
-    (start,) = [
-        i for i, ln in enumerate(lines) if ln.startswith('exec "$HPCJOBS_PYTHON" -E -s')
-    ]
+    (start,) = [i for i, ln in enumerate(lines) if ln.startswith('exec "$HPCJOBS_PYTHON" -E -s')]
     assert '--script "$0" --policy "$hpcjobs_policy" --' in lines[start]
     assert lines[-1].strip() == "python t.py"  # the launcher's argv follows, and nothing else
     policy = script_policy(rendered.script)
