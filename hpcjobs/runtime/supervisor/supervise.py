@@ -268,11 +268,11 @@ class Supervisor:
             self.env.pop("HPCJOBS_STANDBY_FOR", None)
         self.root = self.root or self.self_id
         self.env["HPCJOBS_CHAIN_ROOT"] = self.root
-        if self.root == self.self_id and self.restart == 0:
-            self.set_aside_stale()
         # The ranks report their progress on node-local storage (hpcjobs.runtime.progress);
         # the node agents summarize it into the chain's progress folder, next to the event log.
         self.progress_dir = os.path.join(self.run_dir, f"progress-{self.root}")
+        if self.root == self.self_id and self.restart == 0:
+            self.set_aside_stale()
         tmp = self.env.get("TMPDIR") or "/tmp"
         self.env[ENV_NODE_TMP] = os.path.join(tmp, f"hpcjobs-{self.self_id}")
         self.env["HPCJOBS_PROGRESS_DIR"] = local_dir(node_name(), self.env[ENV_NODE_TMP])
@@ -331,14 +331,14 @@ class Supervisor:
         """The first run of a chain finds no log of its own: one already there belongs to an
         earlier job that had the same id (ids repeat when a cluster's job counter is reset)."""
         stamp = str(int(time.time()))
-        paths = [self.events.path, os.path.join(self.run_dir, f"progress-{self.root}")]
-        for path in [*paths, self.done_file()]:
+        log = self.events.path
+        for path in (log, self.progress_dir, self.done_file()):
             if os.path.lexists(path):
                 try:
                     os.replace(path, f"{path}.stale-{stamp}")
                 except OSError:
                     continue
-                if path == paths[0]:
+                if path == log:
                     self.log(f"set aside an event log left by an earlier job {self.root}")
 
     def check_checkpoint_dir(self) -> None:
@@ -441,8 +441,8 @@ class Supervisor:
         raise Stop(1)
 
     def faults_begin(self) -> None:
-        """Empty the rank output copies, note where this run's stderr begins, and mark the time
-        progress reports must be newer than to count for this run."""
+        """Empty the rank output copies, note where this run's stderr begins, and remove the
+        node summaries of the run before (the stall watch must not judge them)."""
         self.capture_dir = os.path.join(self.run_dir, f"capture-{self.root}")
         shutil.rmtree(self.capture_dir, ignore_errors=True)
         try:
