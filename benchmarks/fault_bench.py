@@ -46,8 +46,9 @@ from requeue_bench import (
 
 sys.path.insert(0, str(ROOT))
 
-from hpcjobs.jobs.chain import Chain, read_chain
-from hpcjobs.runtime.progress import parse_log
+from hpcjobs.jobs.chain import Chain, chain_file, read_chain
+from hpcjobs.report.progress import read_progress
+from hpcjobs.runner import LocalRunner
 from tests.live.test_faults import NCCL_IB_ERROR, node_processes
 
 PLAIN_JOB = """#!/bin/bash
@@ -70,7 +71,7 @@ def submit(
 
 
 def chain_of(folder: Path, name: str, root: str) -> Chain:
-    return read_chain(folder / name / f"chain-{root}.tsv")
+    return read_chain(chain_file(folder / name, root))
 
 
 def next_start(folder: Path, name: str, root: str, timeout: float = 120) -> tuple[float, str]:
@@ -96,9 +97,11 @@ def first_run(folder: Path, name: str, root: str) -> tuple[list[str], str]:
 
 
 def report_time(folder: Path, name: str, rank: int, step: int) -> float:
+    """When ``rank`` reported ``step`` (the agents' history, as ``hpcjobs report`` reads it)."""
     (progress,) = (folder / name).glob("progress-*")
-    text = (progress / f"rank-{rank}.log").read_text()
-    return [r.time for r in parse_log(text) if r.step == step][-1]
+    root = progress.name.split("-", 1)[1]
+    reports = read_progress(LocalRunner(), str(folder / name), root).get(rank, [])
+    return [r.time for r in reports if r.step == step][-1]
 
 
 def progressed(folder: Path, name: str, step: int) -> Callable[[], bool]:

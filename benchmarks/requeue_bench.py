@@ -136,11 +136,11 @@ def fast_path(slurm: Slurm, folder: Path, preemptions: int) -> list[dict[str, fl
     )  # fmt: skip
     root = stdout.split()[-1]
     slurm.jobs.append(root)
-    chain_file = out / f"chain-{root}.tsv"
+    log = out / f"chain-{root}.jsonl"
     ckpt = CheckpointDir(out / "checkpoints")
 
     def chain() -> Chain:
-        return read_chain(chain_file)
+        return read_chain(log)
 
     rows = []
     for n in range(1, preemptions + 1):

@@ -26,9 +26,10 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
     """Show every run of JOBID: start, end, state, nodes, exit code and cause.
 
     A requeued job keeps its id and runs again; accounting (sacct --duplicates) keeps a record
-    per run. The cause says why a run ended: preempted, timeout, node failure, application
-    failure, cancelled, requeued. GAP is the time from the end of a run to the start of the
-    next. Needs accounting; exits 3 if it has no record of the job.
+    per run. The cause says why a run ended, in the words the event log, the budgets and the
+    report use: preemption, timeout, node_failure, infrastructure, stall, application,
+    cancelled; or requeued, completed. GAP is the time from the end of a run to the start of
+    the next. Needs accounting; exits 3 if it has no record of the job.
 
     For a job hpcjobs submitted, JOBID is the first job of its chain: continuations after a
     preemption, timeout or fault are listed too, and INTERRUPTIONS shows for each stop its cause,
@@ -197,8 +198,7 @@ def _stops_by_run(ref: ChainRef | None) -> dict[tuple[str, int], str]:
     for event in events:
         if event.event != "requeue":
             continue
-        how = event.detail.split(" checkpoint=")[0]
-        stops[(event.stopped_job, event.stopped_run)] = f"{event.cause.replace('_', ' ')} ({how})"
+        stops[(event.stopped_job, event.stopped_run)] = f"{event.cause} ({event.detail})"
     last = events[-1] if events else None
     if last is not None and last.event == "end":
         stops.setdefault((last.job_id, last.restart), f"{last.cause}: {last.detail}")

@@ -1,28 +1,11 @@
-"""A job's chain of runs, read from the event log its batch script keeps (``chain.tsv``).
+"""A job's chain of runs, read from its event log, as ``history``, ``report``, ``status``,
+``--wait`` and the executor see it.
 
-Every hpcjobs batch script appends one tab-separated line per event to
-``<run dir>/chain.tsv`` (``chain-<task>.tsv`` for array tasks)::
-
-    time  job_id  slurm_restart_count  event  cause  detail
-
-``event`` is one of
-
-- ``start``: a run began (detail ``checkpoint=<step> nodes=<hostlist> batch=<node>``);
-- ``requeue``: the run ended for ``cause`` and comes back; detail says how, plus
-  ``checkpoint=`` and ``progress=``. A standby that took over from a run that died without a word
-  logs it itself: ``standby job <S> took over from job <P> (<Slurm state>)``;
-- ``end``: the chain is over (cause ``finish`` or ``fail``, detail says why);
-- ``signal``: the first warning signal or SIGTERM of a run (cause ``warning`` or ``term``);
-- ``standby``: the run submitted its standby (detail ``standby job <S> for job <P>``);
-- ``fault``: what ended the run, for causes without a warning (detail
-  ``node=<suspect or -> evidence=<the matched line, or the stalled rank>``);
-- ``exclude``: the nodes every later run leaves out (detail ``nodes=<a,b>``, the whole list);
-- ``health``: the site's health check on a suspect (cause ``pass`` or ``fail``);
-- ``handoff``: a run got an excluded node and handed over at once (``continued as job <R>: ...``).
-
-Only ``start``, ``requeue`` and ``end`` say how runs follow each other; nothing counts the
-others. A continuation is a new job id in the same chain; a Slurm requeue keeps the job id and
-raises the restart count.
+The log's format, its parser and the queries on it are :mod:`hpcjobs.runtime.supervisor.eventlog`
+(the supervisor that writes it reads it with the same code); the file names are
+:mod:`hpcjobs.runtime.supervisor.names`. This module adds what only the submit side needs: the
+chain's interruptions (how each run ended and how the next one resumed), finding a job's log
+(locally or through a runner), and logging the end of a chain cancelled while pending.
 
 A job cancelled while pending never runs its script: ``hpcjobs cancel`` logs its chain's end
 for it (:func:`append_event`), and :func:`ended_by_accounting` reads the end of a chain whose
@@ -31,53 +14,15 @@ newest job Slurm shows CANCELLED without an ``end`` event (a plain ``scancel``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcjobs.errors import HpcJobsError
 from hpcjobs.runner import Runner
-from hpcjobs.textlines import split_lines
+from hpcjobs.runtime.supervisor import eventlog, names
+from hpcjobs.runtime.supervisor.eventlog import Event, encode, parse
 
-_KV = re.compile(r"(\w+)=(-?\d+)")
-_CONTINUED = re.compile(r"continued as job (\d+(?:_\d+)?)")
-_TOOK_OVER = re.compile(r"took over from job (\d+(?:_\d+)?)")
-_STANDBY = re.compile(r"^standby job (\d+(?:_\d+)?) for job (\d+(?:_\d+)?)$")
-_FAULT = re.compile(r"^node=(\S*)(?: (?!evidence=)\S+)*(?: evidence=(.*))?$")
-_SLURM_RESTART = re.compile(r"requeued by Slurm \(restart (\d+)\)")
-
-
-@dataclass(frozen=True)
-class Event:
-    time: float
-    job_id: str
-    restart: int
-    event: str
-    cause: str
-    detail: str
-
-    @property
-    def stopped_run(self) -> int:
-        """For a ``requeue`` event: the index of the job's run that stopped.
-
-        A requeue Slurm did itself says which restart it led to; the job's run before that one
-        stopped. Any other requeue was logged by the stopping run.
-        """
-        match = _SLURM_RESTART.search(self.detail)
-        return int(match.group(1)) - 1 if match else self.restart
-
-    @property
-    def stopped_job(self) -> str:
-        """For a ``requeue`` event: the job whose run stopped (a standby logs its predecessor's)."""
-        match = _TOOK_OVER.search(self.detail)
-        return match.group(1) if match else self.job_id
-
-    def number(self, key: str) -> int | None:
-        """An integer ``key=<n>`` from the detail, if present."""
-        for name, value in _KV.findall(self.detail):
-            if name == key:
-                return int(value)
-        return None
+__all__ = ["Chain", "ChainRef", "Event", "Interruption", "format_event", "parse_chain"]
 
 
 @dataclass
@@ -114,56 +59,8 @@ class Interruption:
         return max(0, self.progress_at_stop - self.resumed_from)
 
 
-@dataclass
-class Chain:
-    events: list[Event] = field(default_factory=list)
-
-    @property
-    def root(self) -> str | None:
-        return self.events[0].job_id if self.events else None
-
-    @property
-    def job_ids(self) -> list[str]:
-        """Every job id of the chain, in order (continuations included, pending or not)."""
-        ids: list[str] = []
-        for event in self.events:
-            candidates = [event.job_id]
-            match = _CONTINUED.search(event.detail)
-            if match:
-                candidates.append(match.group(1))
-            for job_id in candidates:
-                if job_id not in ids:
-                    ids.append(job_id)
-        return ids
-
-    @property
-    def final(self) -> Event | None:
-        ends = [e for e in self.events if e.event == "end"]
-        return ends[-1] if ends else None
-
-    @property
-    def starts(self) -> int:
-        """How many runs of the chain began (its ``start`` events)."""
-        return sum(1 for e in self.events if e.event == "start")
-
-    def _standbys(self) -> list[tuple[str, str]]:
-        """(standby job, the job whose run submitted it) for each ``standby`` event, in order."""
-        pairs = []
-        for event in self.events:
-            match = _STANDBY.match(event.detail) if event.event == "standby" else None
-            if match:
-                pairs.append((match.group(1), match.group(2)))
-        return pairs
-
-    @property
-    def standby_ids(self) -> list[str]:
-        """Every standby job the chain's runs submitted (most are cancelled or became runs)."""
-        return list(dict.fromkeys(standby for standby, _ in self._standbys()))
-
-    def standby_for(self, job_id: str) -> str | None:
-        """The standby that ``job_id``'s newest run submitted, if any."""
-        found = [standby for standby, owner in self._standbys() if owner == job_id]
-        return found[-1] if found else None
+class Chain(eventlog.Chain):
+    """A chain's events, and its interruptions."""
 
     def interruptions(self) -> list[Interruption]:
         result: list[Interruption] = []
@@ -174,8 +71,7 @@ class Chain:
             if event.event == "fault":
                 fault = event
             elif event.event == "exclude":
-                nodes = event.detail.split(" ")[0].removeprefix("nodes=")
-                excluded = [] if nodes in ("", "-") else nodes.split(",")
+                excluded = event.names("nodes")
             elif event.event == "requeue":
                 pending = Interruption(
                     cause=event.cause,
@@ -187,7 +83,8 @@ class Chain:
                     excluded=list(excluded),
                 )
                 if fault is not None and fault.cause == event.cause:
-                    pending.suspect, pending.evidence = _fault_detail(fault.detail)
+                    pending.suspect = fault.text("node") or None
+                    pending.evidence = fault.text("evidence") or None
                 fault = None
                 result.append(pending)
             elif event.event == "start" and pending is not None:
@@ -198,38 +95,23 @@ class Chain:
         return result
 
 
-def _fault_detail(detail: str) -> tuple[str | None, str | None]:
-    """(suspect node or None, evidence) from a ``fault`` event's detail."""
-    match = _FAULT.match(detail)
-    if not match:
-        return None, detail or None
-    node = match.group(1)
-    return (None if node in ("", "-") else node), match.group(2)
-
-
 def format_event(event: Event) -> str:
-    """One event as a line of the event log (tabs and line breaks in the detail become spaces)."""
-    detail = re.sub(r"[\t\r\n]", " ", event.detail)
-    return (
-        f"{event.time:.6f}\t{event.job_id}\t{event.restart}\t{event.event}\t"
-        f"{event.cause}\t{detail}\n"
-    )
+    """One event as a line of the event log."""
+    return encode(event)
 
 
 def parse_chain(text: str) -> Chain:
-    """Parse a chain log; malformed lines (e.g. a line cut by a crash) are skipped."""
-    events = []
-    for line in split_lines(text):
-        parts = line.split("\t")
-        if len(parts) != 6:
-            continue
-        try:
-            events.append(
-                Event(float(parts[0]), parts[1], int(parts[2]), parts[3], parts[4], parts[5])
-            )
-        except ValueError:
-            continue
-    return Chain(events)
+    """Parse a chain log (JSON lines, or an older tab-separated log); malformed lines (e.g. a
+    line cut by a crash) are skipped."""
+    return Chain(parse(text))
+
+
+def chain_file(folder: Path, root: str) -> Path:
+    """The event log of chain ``root`` in the local ``folder``: ``chain-<root>.jsonl``, or the
+    tab-separated log of a chain that an older hpcjobs started, when only that one is there."""
+    path = folder / names.chain_log(root)
+    legacy = folder / names.legacy_chain_log(root)
+    return legacy if not path.exists() and legacy.exists() else path
 
 
 def read_chain(path: Path) -> Chain:
@@ -250,6 +132,8 @@ class ChainRef:
     root: str
     output_dir: str
     chain: Chain
+    #: The log it was read from (an older hpcjobs' chain keeps its tab-separated one).
+    path: str = ""
 
     @property
     def current(self) -> str:
@@ -259,7 +143,13 @@ class ChainRef:
 
 
 def chain_path(output_dir: str, root: str) -> str:
-    return f"{output_dir.rstrip('/')}/chain-{root}.tsv"
+    """Where chain ``root``'s event log is, in ``output_dir`` (on whichever host)."""
+    return f"{output_dir.rstrip('/')}/{names.chain_log(root)}"
+
+
+def legacy_chain_path(output_dir: str, root: str) -> str:
+    """Where an older hpcjobs kept chain ``root``'s event log."""
+    return f"{output_dir.rstrip('/')}/{names.legacy_chain_log(root)}"
 
 
 def chain_output_dir(
@@ -281,12 +171,13 @@ CANCELLED_PENDING = "cancelled while job {job_id} was pending"
 def append_event(runner: Runner, ref: ChainRef, event: Event) -> None:
     """Append ``event`` to the chain's event log, through ``runner`` (so also over SSH).
 
-    ``tee -a`` appends its input in one write, as the batch script's ``>>`` does.
+    ``tee -a`` appends its input in one write, as the supervisor does. A JSON line goes into an
+    older chain's tab-separated log too: the parser reads each line as what it is.
 
     Raises:
         HpcJobsError: the log cannot be written (the error of the runner or of ``tee``).
     """
-    path = chain_path(ref.output_dir, ref.root)
+    path = ref.path or chain_path(ref.output_dir, ref.root)
     runner.run(["tee", "-a", path], stdin=format_event(event), timeout=60)
     ref.chain.events.append(event)
 
@@ -327,13 +218,14 @@ def load_chain(
         output_dir = chain_output_dir(job_id, index_dir=index_dir, host=host)
         if not output_dir:
             return None
-    try:
-        result = runner.run(["cat", chain_path(output_dir, job_id)], check=False, timeout=60)
-    except HpcJobsError:
-        return None
-    if not result.ok:
-        return None
-    chain = parse_chain(result.stdout)
-    if not chain.events:
-        return None
-    return ChainRef(root=job_id, output_dir=output_dir, chain=chain)
+    for path in (chain_path(output_dir, job_id), legacy_chain_path(output_dir, job_id)):
+        try:
+            result = runner.run(["cat", path], check=False, timeout=60)
+        except HpcJobsError:
+            return None
+        if result.ok:
+            chain = parse_chain(result.stdout)
+            if not chain.events:
+                return None
+            return ChainRef(root=job_id, output_dir=output_dir, chain=chain, path=path)
+    return None

@@ -285,7 +285,7 @@ class EventLogWatch:
 
     Args:
         runner: how to reach the file (the runner the job was submitted through).
-        path: the event log, ``<output dir>/chain-<root>.tsv``.
+        path: the event log, ``<output dir>/chain-<root>.jsonl``.
         local: read the file directly (default: when ``runner`` is a :class:`LocalRunner`).
     """
 
@@ -366,13 +366,16 @@ def follow_chain(
 
     The chain's event log is watched between refreshes (:class:`EventLogWatch`), so the end of
     a job is seen within seconds of its script logging it. ``watch`` replaces the default one
-    (on ``<output_dir>/chain-<root>.tsv``; ``output_dir`` defaults to the job index's).
+    (on ``<output_dir>/chain-<root>.jsonl``; ``output_dir`` defaults to the job index's).
     """
     from hpcjobs.jobs.chain import chain_output_dir, chain_path, ended_by_accounting, load_chain
 
     if watch is None:
         folder = output_dir or chain_output_dir(root)
-        watch = EventLogWatch(runner, chain_path(folder, root)) if folder else None
+        if folder:
+            # An older hpcjobs' chain keeps its tab-separated log: watch the one it has.
+            known = load_chain(root, runner, output_dir=folder)
+            watch = EventLogWatch(runner, known.path if known else chain_path(folder, root))
     current = root
     followed: set[str] = set()
     while True:

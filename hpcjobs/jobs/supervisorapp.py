@@ -16,9 +16,10 @@ import zipfile
 from pathlib import Path
 
 from hpcjobs.jobs.records import FileStore, LocalFiles
+from hpcjobs.runtime.supervisor import names
 
 #: Where supervisors are kept, under a job's output folder.
-FOLDER = ".hpcjobs"
+FOLDER = names.SUPPORT_DIR
 #: The package name inside the archive (not "supervisor": a node may have supervisord's).
 PACKAGE = "hpcjobs_supervisor"
 _MAIN = f"import sys\n\nfrom {PACKAGE}.cli import main\n\nsys.exit(main(sys.argv[1:]))\n"

@@ -116,7 +116,7 @@ def _from_checkpoints(root: Path, job_id: str) -> tuple[float, int, str] | None:
 def _from_progress(
     root: Path, job_id: str, record: dict[str, Any]
 ) -> tuple[float, int, str] | None:
-    from hpcjobs.jobs.chain import read_chain
+    from hpcjobs.jobs.chain import chain_file, read_chain
 
     progress = root / "PROGRESS"
     try:
@@ -130,7 +130,7 @@ def _from_progress(
     if not isinstance(output_dir, str):
         return None
     try:
-        chain = read_chain(Path(output_dir).expanduser() / f"chain-{job_id}.tsv")
+        chain = read_chain(chain_file(Path(output_dir).expanduser(), job_id))
     except (OSError, ValueError, BadInputError):
         return None
     starts = [e for e in chain.events if e.event == "start" and e.job_id == job_id]

@@ -19,6 +19,7 @@ from typing import Any
 
 from hpcjobs.report.folder import read_files
 from hpcjobs.runner import Runner
+from hpcjobs.runtime.supervisor import names
 from hpcjobs.textlines import split_lines
 
 #: A GPU whose mean utilisation stays below this (percent) sat idle.
@@ -29,7 +30,7 @@ IDLE_UTIL = 5.0
 
 def gpu_dir(output_dir: str, root: str) -> str:
     """A chain's telemetry folder, next to its event log."""
-    return f"{output_dir.rstrip('/')}/gpu-{root}"
+    return f"{output_dir.rstrip('/')}/{names.gpu_dir(root)}"
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR, write_atomic
 from hpcjobs.runtime.checkpoint import ENV_PROGRESS_DIR
+from hpcjobs.runtime.supervisor import names
 from hpcjobs.textlines import split_lines
 
 #: A rank's log grows to at most about this many bytes before it is thinned out.
@@ -57,7 +58,7 @@ _RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
 def progress_dir(output_dir: str, root: str) -> str:
     """A chain's progress folder on the shared file system, next to its event log, where the
     node agents write (the supervisor's choice)."""
-    return f"{output_dir.rstrip('/')}/progress-{root}"
+    return f"{output_dir.rstrip('/')}/{names.progress_dir(root)}"
 
 
 def current_rank() -> int:

@@ -1,10 +1,11 @@
 """Every run of a job, from ``sacct --duplicates``, and why each run ended.
 
-A requeued job keeps its id; accounting keeps one record per run. Each run ends for a cause:
-``preempted``, ``timeout``, ``node failure``, ``application failure``, ``cancelled``,
-``requeued`` (``scontrol requeue``; ``requeued by hpcjobs`` when hpcjobs asked for it), or
-``completed``; the current run is ``running`` or ``pending``. Between two runs lies the gap
-the job spent waiting to run again.
+A requeued job keeps its id; accounting keeps one record per run. Each run ends for a cause of
+the one vocabulary (:mod:`hpcjobs.runtime.supervisor.causes`: ``preemption``, ``timeout``,
+``node_failure``, ``application``, ``cancelled``), or it was ``requeued`` (``scontrol
+requeue``; ``requeued_by_hpcjobs`` when hpcjobs asked for it), or it ``completed``; the current
+run is ``running`` or ``pending``. Between two runs lies the gap the job spent waiting to run
+again.
 
 :class:`Run` is a plain dataclass so that more per-run facts (resume latency, checkpoint used)
 can be added as new fields with defaults without breaking ``--json`` consumers.
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from hpcjobs.runtime.supervisor import causes
 from hpcjobs.slurm import parse
 from hpcjobs.slurm.classify import UnknownJobError
 from hpcjobs.slurm.client import check_job_ids
@@ -25,27 +27,24 @@ from hpcjobs.slurm.jobs import group_runs
 if TYPE_CHECKING:
     from hpcjobs.slurm.client import SlurmClient
 
-PREEMPTED = "preempted"
-TIMEOUT = "timeout"
-NODE_FAILURE = "node failure"
-APP_FAILURE = "application failure"
-CANCELLED = "cancelled"
+#: What ended a run, besides the causes: requeued (by hand, or by hpcjobs), completed, or
+#: not ended yet.
 REQUEUED = "requeued"
-REQUEUED_BY_HPCJOBS = "requeued by hpcjobs"
+REQUEUED_BY_HPCJOBS = "requeued_by_hpcjobs"
 COMPLETED = "completed"
 RUNNING = "running"
 PENDING = "pending"
 
-_CAUSES: dict[str, tuple[str, str]] = {
+#: A detail for the states that say more than their cause (the causes: :data:`causes.SLURM_STATES`).
+_DETAILS = {
+    "TIMEOUT": "time limit reached",
+    "DEADLINE": "deadline reached",
+    "BOOT_FAIL": "node failed to boot",
+    "OUT_OF_MEMORY": "out of memory",
+}
+
+_OUTCOMES: dict[str, tuple[str, str]] = {
     "COMPLETED": (COMPLETED, ""),
-    "PREEMPTED": (PREEMPTED, ""),
-    "TIMEOUT": (TIMEOUT, "time limit reached"),
-    "DEADLINE": (TIMEOUT, "deadline reached"),
-    "NODE_FAIL": (NODE_FAILURE, ""),
-    "BOOT_FAIL": (NODE_FAILURE, "node failed to boot"),
-    "FAILED": (APP_FAILURE, ""),
-    "OUT_OF_MEMORY": (APP_FAILURE, "out of memory"),
-    "CANCELLED": (CANCELLED, ""),
     "REQUEUED": (REQUEUED, ""),
     "REQUEUE_HOLD": (REQUEUED, "held after requeue"),
     "REQUEUE_FED": (REQUEUED, ""),
@@ -109,14 +108,18 @@ class JobHistory:
 
 def classify_run(row: parse.AcctRow, *, requeued_by_hpcjobs: bool = False) -> tuple[str, str]:
     """``(cause, detail)`` for how one accounting record ended."""
-    cause, detail = _CAUSES.get(row.state, (row.state.lower(), ""))
+    cause = causes.of_slurm_state(row.state)
+    if cause:
+        detail = _DETAILS.get(row.state, "")
+    else:
+        cause, detail = _OUTCOMES.get(row.state, (row.state.lower(), ""))
     if cause == REQUEUED and requeued_by_hpcjobs:
         cause = REQUEUED_BY_HPCJOBS
-    elif cause == APP_FAILURE and row.exit_code is not None and not detail:
+    elif cause == causes.APPLICATION and row.exit_code is not None and not detail:
         detail = f"exit code {row.exit_code}"
         if row.exit_signal:
             detail += f", signal {row.exit_signal}"
-    elif cause == CANCELLED and row.cancelled_by is not None:
+    elif cause == causes.CANCELLED and row.cancelled_by is not None:
         detail = f"by uid {row.cancelled_by}"
     return cause, detail
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hpcjobs.errors import HpcJobsError
-from hpcjobs.jobs.chain import Chain, read_chain
+from hpcjobs.jobs.chain import Chain, chain_file, read_chain
 from hpcjobs.runner import LocalRunner
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.submitit.compat import slurm as submitit_slurm
@@ -78,7 +78,7 @@ class HpcJob(submitit_slurm.SlurmJob[R]):
 
     def chain(self) -> Chain:
         """The job's event log: every run, interruption and the final outcome."""
-        return read_chain(self.paths.folder / f"chain-{self.job_id}.tsv")
+        return read_chain(chain_file(self.paths.folder, self.job_id))
 
     @property
     def job_ids(self) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import socket
 import sys
@@ -16,9 +15,10 @@ from pathlib import Path
 from types import FrameType
 
 from hpcjobs.atomicfile import PRIVATE
-from hpcjobs.jobs.chain import read_chain
+from hpcjobs.jobs.chain import chain_file, read_chain
 from hpcjobs.runtime.resumable import Interrupted, Resumable
 from hpcjobs.runtime.stopflag import signal_from_env
+from hpcjobs.runtime.supervisor import names
 from hpcjobs.submitit.compat import slurm as submitit_slurm
 from hpcjobs.submitit.compat import utils
 from hpcjobs.submitit.pickles import link_pickle, load_submission, write_pickle
@@ -27,8 +27,6 @@ log = logging.getLogger(__name__)
 
 #: The module every rank runs: ``python -u -m hpcjobs.submitit.task FOLDER``.
 TASK_MODULE = "hpcjobs.submitit.task"
-
-_CONTINUED = re.compile(r"continued as job (\d+(?:_\d+)?)(?:\s|$)")
 
 
 def run_task(folder: str | os.PathLike[str]) -> None:
@@ -79,11 +77,7 @@ def run_task(folder: str | os.PathLike[str]) -> None:
 
 def previous_run(folder: Path, root: str, job_id: str) -> str:
     """The run that submitted ``job_id`` as its continuation (the chain's root if unknown)."""
-    for event in read_chain(folder / f"chain-{root}.tsv").events:
-        match = _CONTINUED.search(event.detail)
-        if event.event == "requeue" and match and match.group(1) == job_id:
-            return event.job_id
-    return root
+    return read_chain(chain_file(folder, root)).predecessor(job_id) or root
 
 
 def mark_done_when_complete(folder: Path, job_id: str, num_tasks: int, root: str) -> bool:
@@ -94,7 +88,7 @@ def mark_done_when_complete(folder: Path, job_id: str, num_tasks: int, root: str
     if not all(path.exists() for path in results):
         return False
     run_dir = Path(os.environ.get("HPCJOBS_RUN_DIR") or folder)
-    marker = run_dir / f"DONE-{root}"
+    marker = run_dir / names.done_marker(root)
     fd = os.open(marker, os.O_WRONLY | os.O_CREAT, PRIVATE)
     os.close(fd)
     return True

@@ -12,7 +12,7 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 
-from hpcjobs.jobs.chain import Chain, read_chain
+from hpcjobs.jobs.chain import Chain, chain_file, read_chain
 from hpcjobs.runner import LocalRunner
 from hpcjobs.runtime.checkpoint import CheckpointDir
 from tests.live.waiting import wait_for
@@ -129,6 +129,36 @@ class Cluster:
         states = self.slurm("sinfo", "-h", "-n", node, "-o", "%T", check=False).split()
         return bool(states) and all(s in ("idle", "mixed", "allocated") for s in states)
 
+    def explain(self, job_ids: list[str]) -> str:
+        """What Slurm says about ``job_ids``, for a failing test's report: the queue, each job's
+        record and runs, the nodes that are not up and why, and the controller's log lines that
+        name one of the jobs."""
+        parts = ["queue:\n" + self.slurm("squeue", "-a", "-o", "%i %j %T %r %E %N", check=False)]
+        for job_id in job_ids:
+            parts.append(self.slurm("scontrol", "show", "job", job_id, check=False))
+            columns = "JobID,State,ExitCode,Start,End,NodeList,Reason%30"
+            parts.append(self.slurm("sacct", "-X", "-D", "-j", job_id, "-o", columns, check=False))
+        parts.append("nodes:\n" + self.slurm("sinfo", "-N", "-o", "%N %T %E", check=False))
+        parts.append("controller log:\n" + "\n".join(self._controller_log(job_ids)[-60:]))
+        return "\n".join(parts)
+
+    def _controller_log(self, job_ids: list[str]) -> list[str]:
+        conf = Path(self.env.get("SLURM_CONF", ""))
+        try:
+            text = conf.read_text()
+            (path,) = [
+                line.split("=", 1)[1].strip()
+                for line in text.splitlines()
+                if line.startswith("SlurmctldLogFile=")
+            ]
+            lines = Path(path).read_text(errors="replace").splitlines()
+        except (OSError, ValueError):
+            return ["(no controller log)"]
+        words = [f"JobId={j}" for j in job_ids] + [f"job {j}" for j in job_ids]
+        words += [f"StepId={j}" for j in job_ids]
+        notable = ("requeue", "DOWN", "not responding", "NODE_FAIL", "Preempt")
+        return [line for line in lines if any(w in line for w in (*words, *notable))]
+
     def cancel_all(self, extra: list[str]) -> None:
         ids = sorted(set(self.jobs + extra))
         if ids:
@@ -146,7 +176,7 @@ class Job:
 
     @property
     def chain_file(self) -> Path:
-        return self.folder / f"chain-{self.root}.tsv"
+        return chain_file(self.folder, self.root)
 
     @property
     def chain(self) -> Chain:

@@ -175,5 +175,5 @@ def cluster(slurm_env: dict[str, str], shared_tmp: Path, slurm_version: str) -> 
     box = Cluster(env=dict(slurm_env), folder=shared_tmp, slurm_major=version_tuple(slurm_version))
     yield box
     # Nothing a test started may outlive it: continuations included.
-    chains = [read_chain(p) for p in shared_tmp.glob("*/chain-*.tsv")]
+    chains = [read_chain(p) for p in shared_tmp.glob("*/chain-*.jsonl")]
     box.cancel_all([job for chain in chains for job in chain.job_ids + chain.standby_ids])

@@ -29,11 +29,8 @@ def _queue(cluster: Cluster, name: str) -> list[str]:
 
 def _explain(cluster: Cluster, name: str, chain_file: Path) -> None:
     """Print what is left in the queue and what the chain logged (shown when a test fails)."""
-    listing = cluster.slurm("squeue", "-h", "-n", name, "-o", "%i %T %r %E %S %N", check=False)
-    print(f"queue for {name}:\n{listing}")
     print(f"event log {chain_file}:\n{chain_file.read_text() if chain_file.exists() else '-'}")
-    for job in _queue(cluster, name):
-        print(cluster.slurm("scontrol", "show", "job", job, check=False))
+    print(cluster.explain(_queue(cluster, name)))
 
 
 @pytest.mark.parametrize("how", ["hpcjobs cancel", "scancel"])
@@ -62,10 +59,10 @@ def test_a_cancelled_job_never_runs_again(cluster: Cluster, how: str) -> None:
         try:
             wait_for(f"chain {root} to leave the queue", lambda n=name: not _queue(cluster, n), 60)
         except BaseException:
-            _explain(cluster, name, out / f"chain-{root}.tsv")
+            _explain(cluster, name, out / f"chain-{root}.jsonl")
             raise
         time.sleep(SETTLE_S)
-        chain_file = out / f"chain-{root}.tsv"
+        chain_file = out / f"chain-{root}.jsonl"
         chain = read_chain(chain_file) if chain_file.exists() else None
         cluster.jobs.extend(chain.standby_ids if chain else [])
         # One line per rank that started, with the job it ran in.
@@ -90,7 +87,7 @@ def test_a_cancelled_running_job_logs_its_end(cluster: Cluster, shared_tmp: Path
     assert proc.returncode == 0, proc.stderr
     root = proc.stdout.split()[-1]
     cluster.jobs.append(root)
-    chain_file = out / f"chain-{root}.tsv"
+    chain_file = out / f"chain-{root}.jsonl"
     wait_for(
         f"job {root} to start its program",
         lambda: chain_file.exists() and read_chain(chain_file).job_ids == [root],

@@ -71,11 +71,10 @@ def resumed(job: Job, after: int = 1, timeout: float = 60) -> tuple[Interruption
     try:
         return wait_for(f"chain {job.root} to run again", probe, timeout, every=0.1)
     except BaseException:
-        # What the queue and the event log say, for the failure's report.
-        listing = job.cluster.slurm("squeue", "-a", "-o", "%i %j %T %r %E %N", check=False)
-        print(f"queue:\n{listing}\nevent log:\n{job.chain_file.read_text()}")
-        for line in listing.splitlines()[1:]:
-            print(job.cluster.slurm("scontrol", "show", "job", line.split()[0], check=False))
+        # What Slurm and the event log say, for the failure's report.
+        chain = job.chain
+        ids = sorted({job.root, *chain.job_ids, *chain.standby_ids})
+        print(f"event log:\n{job.chain_file.read_text()}\n{job.cluster.explain(ids)}")
         print(f"log:\n{job.log[-3000:]}")
         raise
 
@@ -125,9 +124,20 @@ def _environ(pid: int) -> dict[str, str]:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def _root(pid: int | str) -> tuple[int, int] | None:
+    """The (device, inode) of a process's root folder: each Debian root of another release has
+    its own."""
+    try:
+        found = os.stat(f"/proc/{pid}/root")
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _parent(pid: int) -> int:
@@ -139,13 +149,17 @@ def _parent(pid: int) -> int:
 
 def node_processes(conf: str, job_id: str, node: str) -> tuple[list[int], list[int]]:
     """(the job's processes on ``node``, that node's slurmd and slurmstepd processes), for the
-    sandbox whose ``slurm.conf`` is ``conf``."""
+    sandbox whose ``slurm.conf`` is ``conf``. The sandboxes of other releases run side by side
+    with the same node names and job ids: only processes under this test's own root count."""
     job_pids = []
     daemons = set()
+    mine = _root("self")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
+        if _root(pid) != mine:
+            continue
         cmd = _cmdline(pid)
         if cmd.startswith("/usr/sbin/slurmd ") and f"-f {conf}" in cmd and cmd.endswith(f" {node}"):
             daemons.add(pid)
@@ -208,9 +222,12 @@ def test_batch_host_dies_and_the_standby_takes_over(cluster: Cluster) -> None:
     try:
         _signal_all(job_pids, signal.SIGKILL)
         with node_down(cluster, batch) as down_at:
-            stop, start = resumed(job)
-            nodes = run_nodes(cluster, start)
-            _signal_all(daemons, signal.SIGCONT)
+            try:
+                stop, start = resumed(job)
+                nodes = run_nodes(cluster, start)
+            finally:
+                # Before the node is resumed: a stopped slurmd never brings it back.
+                _signal_all(daemons, signal.SIGCONT)
     finally:
         _signal_all(daemons, signal.SIGCONT)
     chain = job.ended()

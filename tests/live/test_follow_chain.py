@@ -83,7 +83,7 @@ class Login:
 def login(slurm_env: dict[str, str], shared_tmp: Path) -> Iterator[Login]:
     box = Login(env=dict(slurm_env), folder=shared_tmp)
     yield box
-    chains = [read_chain(p) for p in shared_tmp.glob("*/chain-*.tsv")]
+    chains = [read_chain(p) for p in shared_tmp.glob("*/chain-*.jsonl")]
     ids = sorted(set(box.jobs + [j for chain in chains for j in chain.job_ids]))
     if ids:
         box.slurm("scancel", *ids, check=False)
@@ -115,7 +115,7 @@ def test_submit_wait_returns_within_seconds_of_the_end(login: Login) -> None:
     _, stderr = proc.communicate(timeout=300)
     returned = time.time()
     assert proc.returncode == 0, stderr
-    chain = read_chain(out / f"chain-{job_id}.tsv")
+    chain = read_chain(out / f"chain-{job_id}.jsonl")
     assert chain.final is not None and chain.final.cause == "finish", chain.events
     latency = returned - chain.final.time
     thread.join(timeout=120)
@@ -143,7 +143,7 @@ def test_submit_wait_over_ssh_returns_within_seconds_of_the_end(
     assert result.exit_code == 0, result.stderr
     sub = json.loads(result.stdout)
     # The login node is this machine: its files can be read here.
-    chain = read_chain(Path(sub["output_dir"]) / f"chain-{sub['job_id']}.tsv")
+    chain = read_chain(Path(sub["output_dir"]) / f"chain-{sub['job_id']}.jsonl")
     assert chain.final is not None and chain.final.cause == "finish", chain.events
     latency = returned - chain.final.time
     print(f"\nsubmit --wait over SSH returned {latency:.1f} s after the job's end")
@@ -170,7 +170,7 @@ def held_chain(login: Login, name: str) -> tuple[str, str, Path]:
     root = proc.stdout.split()[-1]
     login.jobs.append(root)
     login.slurm("scontrol", "release", root)
-    log = out / f"chain-{root}.tsv"
+    log = out / f"chain-{root}.jsonl"
     wait_for(f"job {root} to start", lambda: read_chain(log).starts >= 1, 180)
     wait_for(f"the program of job {root} to be ready for the signal", ready.exists, 60)
     blocker = login.slurm(
@@ -229,7 +229,7 @@ def test_status_logs_cancel_and_history_of_a_pending_continuation(login: Login) 
     # cancel: the held continuation never runs its script; cancel logs the chain's end.
     cancelled = login.hpcjobs("cancel", root)
     assert f"cancelled {new}" in cancelled.stdout, cancelled
-    final = read_chain(out / f"chain-{root}.tsv").final
+    final = read_chain(out / f"chain-{root}.jsonl").final
     assert final is not None and (final.job_id, final.cause) == (new, "fail")
     history = login.hpcjobs("history", root).stdout
     assert f"Result: fail (cancelled while job {new} was pending)" in history, history
@@ -248,7 +248,7 @@ def test_history_of_a_continuation_scancelled_by_hand(login: Login) -> None:
     assert f"cancelled: job {new} is CANCELLED in Slurm" in history, history
     data = json.loads(login.hpcjobs("history", "--json", root).stdout)
     assert data["final_source"] == "accounting" and data["final"]["result"] == "fail"
-    assert read_chain(out / f"chain-{root}.tsv").final is None
+    assert read_chain(out / f"chain-{root}.jsonl").final is None
 
 
 # ---- 9: the Python API's state right after submission ----------------------------------------

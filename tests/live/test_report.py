@@ -137,7 +137,7 @@ def preempted(site: Site) -> tuple[str, Path, Chain]:
                            "-J", "preemptor", "-o", "/dev/null", "--wrap", "sleep 5")  # fmt: skip
     preemptor_id = preemptor.strip().split(";")[0]
     site.jobs.append(preemptor_id)
-    chain = site.ended(out / f"chain-{job_id}.tsv")
+    chain = site.ended(out / f"chain-{job_id}.jsonl")
     # Gone before the next test's job, which it would preempt too.
     wait_for("the preemptor to leave the queue", partial(site.gone, preemptor_id), 120)
     return job_id, out, chain
@@ -187,7 +187,7 @@ def test_sleep_before_the_first_step_is_start_up_badput(site: Site) -> None:
     root, out, stderr = site.submit(
         "report-startup", "--steps", "40", "--step-time", "0.05", "--sleep-first", "8", wait=True
     )
-    chain = site.ended(out / f"chain-{root}.tsv")
+    chain = site.ended(out / f"chain-{root}.jsonl")
     assert len(chain.job_ids) == 1
     (report,) = site.report(root)["chains"]
     (run,) = report["runs"]
@@ -328,7 +328,7 @@ def test_gpu_samples_come_from_every_node(site: Site) -> None:
     assert proc.returncode == 0, proc.stderr
     root = proc.stdout.split()[0]
     site.jobs.append(root)
-    site.ended(out / f"chain-{root}.tsv")
+    site.ended(out / f"chain-{root}.jsonl")
     files = sorted(p.name for p in (out / f"gpu-{root}").iterdir())
     nodes = site.slurm("sacct", "-X", "-n", "-P", "-j", root, "-o", "NodeList").split()[0]
     expanded = site.slurm("scontrol", "show", "hostnames", nodes).split()

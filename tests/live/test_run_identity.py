@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from hpcjobs.jobs.chain import read_chain
+
 BIN = Path(sys.executable).absolute().parent
 PYTHON = str(BIN / "python")
 HPCJOBS = str(BIN / "hpcjobs")
@@ -87,8 +89,7 @@ def user(slurm_env: dict[str, str], shared_tmp: Path) -> object:
 
 
 def _events(chain: Path) -> list[tuple[str, str, str]]:
-    rows = [line.split("\t") for line in chain.read_text().splitlines()]
-    return [(row[3], row[4], row[5]) for row in rows]
+    return [(e.event, e.cause, e.detail) for e in read_chain(chain).events]
 
 
 def test_a_different_run_is_refused_not_skipped(user: User) -> None:
@@ -140,7 +141,7 @@ def test_a_pending_job_whose_folder_was_taken_over_does_not_run(user: User) -> N
     user.slurm("scontrol", "release", held_id)
     user.wait_gone(held_id)
     assert not out_a.exists()
-    chain = user.home / "hpcjobs" / "runs" / "shared" / f"chain-{held_id}.tsv"
+    chain = user.home / "hpcjobs" / "runs" / "shared" / f"chain-{held_id}.jsonl"
     event, cause, detail = _events(chain)[-1]
     assert (event, cause) == ("end", "fail")
     assert detail.startswith("checkpoint folder owned by another run")

@@ -129,7 +129,7 @@ def test_wait_failure_exits_1(client: SlurmClient, shared_tmp: Path) -> None:
         if hist.runs[-1].cause != "running" or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert hist.runs[-1].cause == "application failure" and hist.runs[-1].exit_code == 3
+    assert hist.runs[-1].cause == "application" and hist.runs[-1].exit_code == 3
 
 
 def test_unknown_partition_fails_fast_without_retries(

@@ -125,12 +125,12 @@ def test_history_table_and_json(slurm: FakeRunner) -> None:
     result = CliRunner().invoke(cli, ["history", "1171"])
     assert result.exit_code == 0, result.output
     assert "4 runs, 3 restarts" in result.output
-    assert "preempted" in result.output and "node failure" in result.output
+    assert "preemption" in result.output and "node_failure" in result.output
     assert "00:02:56" in result.output  # gap after the preemption
     result = CliRunner().invoke(cli, ["history", "--json", "1171"])
     data = json.loads(result.stdout)
     runs = next(j for j in data["jobs"] if j["job_id"] == "1171")["runs"]
-    assert [r["cause"] for r in runs] == ["preempted", "node failure", "requeued", "running"]
+    assert [r["cause"] for r in runs] == ["preemption", "node_failure", "requeued", "running"]
 
 
 def test_history_unknown_is_exit_3(slurm: FakeRunner) -> None:

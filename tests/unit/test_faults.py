@@ -16,6 +16,7 @@ from hpcjobs.config.models import Faults
 from hpcjobs.config.signatures import DEFAULT_SIGNATURES, all_patterns, check_ere
 from hpcjobs.jobs.chain import parse_chain
 from hpcjobs.runtime.supervisor.supervise import Supervisor
+from tests.eventlines import events_in, line
 from tests.unit.test_requeue import SCRIPT, _begin, _calls, _job_env, _policy, _supervisor
 
 # ---- the signatures: real lines from NCCL, PyTorch, CUDA and the driver ------------------------
@@ -237,7 +238,7 @@ def _exclude(tmp_path: Path, *batches: str, total: str, mx: int = 8) -> list[str
     sup = _supervisor(env, max_excluded=mx)
     for batch in batches:
         sup.exclude("node_failure", batch.split())
-    return sup.events.excluded()
+    return sup.chain.excluded()
 
 
 def test_exclusions_accumulate(tmp_path: Path) -> None:
@@ -247,8 +248,9 @@ def test_exclusions_accumulate(tmp_path: Path) -> None:
 def test_exclusions_never_leave_too_few_nodes(tmp_path: Path) -> None:
     # 3 nodes, a 2-node job: one node may be excluded; the oldest exclusion is lifted first.
     assert _exclude(tmp_path, "n2", "n1", total="3") == ["n1"]
-    log = (tmp_path / "run" / "chain-300.tsv").read_text()
-    assert "released=n2 (at most 1 excluded)" in log
+    last = events_in(tmp_path / "run" / "chain-300.jsonl")[-1]
+    assert (last.names("released"), last.number("limit")) == (["n2"], 1)
+    assert "released=n2 (at most 1 excluded)" in last.detail
 
 
 def test_exclusions_are_bounded_by_the_site(tmp_path: Path) -> None:
@@ -296,9 +298,7 @@ def _stall(
 
 
 def _events(tmp_path: Path) -> list[list[str]]:
-    return [
-        ln.split("\t")[3:] for ln in (tmp_path / "run" / "chain-300.tsv").read_text().splitlines()
-    ]
+    return [[e.event, e.cause, e.detail] for e in events_in(tmp_path / "run" / "chain-300.jsonl")]
 
 
 def test_a_rank_behind_the_others_is_the_suspect(tmp_path: Path) -> None:
@@ -416,11 +416,15 @@ def test_health_check_clears_or_excludes_the_suspect(
     srun.chmod(0o755)
     sup = _supervisor(env, health_check="echo checking; exit $CODE")
     sup.fault_exclude("infrastructure", "n2")
-    assert sup.events.excluded() == excluded
+    assert sup.chain.excluded() == excluded
     assert "srun --overlap --nodes=1 --ntasks=1 --nodelist=n2" in _calls(tmp_path)
-    log = (tmp_path / "run" / "chain-300.tsv").read_text()
-    assert ("\thealth\tpass\tnode=n2 checking" in log) == (code == 0)
-    assert ("\thealth\tfail\tnode=n2 exit=3 checking" in log) == (code != 0)
+    (health,) = [e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == "health"]
+    assert health.cause == ("pass" if code == 0 else "fail")
+    assert (health.text("node"), health.number("exit"), health.text("output")) == (
+        "n2",
+        code,
+        "checking",
+    )
 
 
 def test_every_rank_reports_progress_for_the_stall_watch(
@@ -445,9 +449,11 @@ def test_every_rank_reports_progress_for_the_stall_watch(
 def _standby_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = _job_env(tmp_path, SLURM_JOB_ID="301", HPCJOBS_CHAIN_ROOT="300", **extra)
     env["HPCJOBS_STANDBY_FOR"] = "300"
-    (tmp_path / "run" / "chain-300.tsv").write_text(
-        "1.0\t300\t0\tstart\t-\tcheckpoint=-1\n"
-        "1.1\t300\t0\tstandby\t-\tstandby job 301 for job 300\n"
+    (tmp_path / "run" / "chain-300.jsonl").write_text(
+        line("300", "start", checkpoint=-1)
+        + line(
+            "300", "standby", detail="standby job 301 for job 300", standby="301", standby_for="300"
+        )
     )
     return env
 
@@ -457,7 +463,7 @@ def test_standby_of_a_run_cancelled_while_completing_does_not_run(tmp_path: Path
     COMPLETING; accounting already says CANCELLED: the standby ends and says why."""
     env = _standby_env(tmp_path, STUB_JOB_STATE="COMPLETING", STUB_SACCT_RUNS="CANCELLED")
     assert _begin(_supervisor(env)) == 0
-    chain = parse_chain((tmp_path / "run" / "chain-300.tsv").read_text())
+    chain = parse_chain((tmp_path / "run" / "chain-300.jsonl").read_text())
     assert chain.final is not None
     assert (chain.final.event, chain.final.cause) == ("end", "fail")
     assert chain.final.detail == "cancelled: job 300 was cancelled"
@@ -467,8 +473,13 @@ def test_standby_of_a_run_cancelled_while_completing_does_not_run(tmp_path: Path
 def test_standby_of_a_run_lost_with_its_node_takes_over(tmp_path: Path) -> None:
     env = _standby_env(tmp_path, STUB_JOB_STATE="COMPLETING", STUB_SACCT_RUNS="NODE_FAIL")
     assert _begin(_supervisor(env)) is None
-    text = (tmp_path / "run" / "chain-300.tsv").read_text()
-    assert "took over from job 300 (NODE_FAIL)" in text
+    (took,) = [e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == "requeue"]
+    assert "took over from job 300 (NODE_FAIL)" in took.detail
+    assert (took.text("how"), took.stopped_job, took.text("slurm_state")) == (
+        "took_over",
+        "300",
+        "NODE_FAIL",
+    )
 
 
 @pytest.mark.parametrize(
@@ -546,4 +557,4 @@ def test_standby_waits_for_the_final_state_without_accounting(tmp_path: Path) ->
     takes over as before (it cannot tell), after HPCJOBS_FINAL_STATE_WAIT seconds."""
     env = _standby_env(tmp_path, STUB_JOB_STATE="COMPLETING", HPCJOBS_FINAL_STATE_WAIT="1")
     assert _begin(_supervisor(env)) is None
-    assert "took over from job 300 (?)" in (tmp_path / "run" / "chain-300.tsv").read_text()
+    assert "took over from job 300 (?)" in (tmp_path / "run" / "chain-300.jsonl").read_text()

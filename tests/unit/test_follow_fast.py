@@ -6,15 +6,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcjobs.jobs.chain import Event, format_event
 from hpcjobs.jobs.follow import EventLogWatch, PollSchedule, follow_chain, follow_jobs
 from hpcjobs.runner import LocalRunner, Result
+from tests.eventlines import from_prose
 from tests.fakes import FakeRunner, Sleeps, client_for, ok
 from tests.unit.test_follow import _line
 
 
 def _event(kind: str, cause: str = "-", detail: str = "", job_id: str = "7") -> str:
-    return format_event(Event(100.0, job_id, 0, kind, cause, detail))
+    return from_prose(job_id, kind, cause, detail, at=100.0)
 
 
 @dataclass
@@ -94,7 +94,7 @@ def test_without_wake_the_schedule_is_unchanged() -> None:
 
 
 def test_local_watch_wakes_on_requeue_and_end_only(tmp_path: Path) -> None:
-    path = tmp_path / "chain-7.tsv"
+    path = tmp_path / "chain-7.jsonl"
     path.write_text(_event("start", detail="checkpoint=-1"))
     watch = EventLogWatch(LocalRunner(), str(path))
     assert watch.local and watch.every == 1.0
@@ -115,7 +115,7 @@ def test_local_watch_wakes_on_requeue_and_end_only(tmp_path: Path) -> None:
 
 
 def test_local_watch_of_a_missing_or_replaced_log(tmp_path: Path) -> None:
-    path = tmp_path / "chain-7.tsv"
+    path = tmp_path / "chain-7.jsonl"
     watch = EventLogWatch(LocalRunner(), str(path))
     assert not watch.check()  # no log yet
     path.write_text(_event("start") + _event("start") + _event("start"))
@@ -128,26 +128,26 @@ def test_remote_watch_asks_for_the_size_then_reads_only_the_new_part() -> None:
     old = _event("start")
     new = _event("end", "finish", "completed")
     runner = FakeRunner()
-    runner.add("wc", ok(f"{len(old)} /o/chain-7.tsv\n"), ok(f"{len(old)} x\n"))
+    runner.add("wc", ok(f"{len(old)} /o/chain-7.jsonl\n"), ok(f"{len(old)} x\n"))
     runner.add("wc", ok(f"{len(old + new)} x\n"))
     runner.add("tail", ok(new))
-    watch = EventLogWatch(runner, "/o/chain-7.tsv")
+    watch = EventLogWatch(runner, "/o/chain-7.jsonl")
     assert not watch.local and watch.every == 2.0
     assert not watch.check()
     assert watch.check()
-    assert runner.calls[-1] == ["tail", "-c", f"+{len(old) + 1}", "/o/chain-7.tsv"]
+    assert runner.calls[-1] == ["tail", "-c", f"+{len(old) + 1}", "/o/chain-7.jsonl"]
     assert runner.count("tail") == 1
 
 
 def test_remote_watch_failures_are_no_news() -> None:
     runner = FakeRunner().add("wc", Result(("wc",), 1, "", "wc: no such file"))
-    watch = EventLogWatch(runner, "/o/chain-7.tsv")
+    watch = EventLogWatch(runner, "/o/chain-7.jsonl")
     assert not watch.check() and not watch.check()
 
 
 def test_follow_chain_sees_the_end_within_two_seconds(tmp_path: Path) -> None:
     clock = Clock()
-    log = tmp_path / "chain-7.tsv"
+    log = tmp_path / "chain-7.jsonl"
     log.write_text(_event("start"))
     end = 40.0  # the job logs its end 40 s in: the gentle backoff would look at 43.6 s
     clock.plan.append((end, log, _event("end", "finish", "completed")))
@@ -184,7 +184,7 @@ def test_follow_chain_without_watch_keeps_the_backoff(tmp_path: Path) -> None:
 
 
 def test_follow_chain_says_when_its_pending_continuation_was_cancelled(tmp_path: Path) -> None:
-    log = tmp_path / "chain-7.tsv"
+    log = tmp_path / "chain-7.jsonl"
     log.write_text(_event("start") + _event("requeue", "timeout", "continued as job 9"))
     runner = FakeRunner().add(
         "squeue",

@@ -327,6 +327,13 @@ def test_report_needs_jobs_or_a_window() -> None:
     assert result.exit_code == 2 and "not a job id" in result.output
 
 
+def _cat(argv: list[str]) -> Result:
+    path = Path(argv[1])
+    if not path.exists():
+        return Result(tuple(argv), 1, "", f"cat: {path}: No such file or directory")
+    return Result(tuple(argv), 0, path.read_text(), "")
+
+
 def test_report_command_on_a_fake_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hpcjobs.cli import report as report_cli
     from hpcjobs.jobs.records import remember, write_record
@@ -340,7 +347,7 @@ def test_report_command_on_a_fake_cluster(tmp_path: Path, monkeypatch: pytest.Mo
     write_record(record, {"spec": {"nodes": 2, "gpus_per_node": 1}})
     remember(["10"], record, output_dir=str(tmp_path))
     runner = FakeRunner().add("sacct", ok((DATA / "sacct-preempted.txt").read_text()))
-    runner.add("cat", lambda argv: Result(tuple(argv), 0, Path(argv[1]).read_text(), ""))
+    runner.add("cat", _cat)
     client = SlurmClient(runner)
     monkeypatch.setattr(report_cli, "slurm_access", lambda ctx, host: (runner, client))
     runner.add("find", lambda argv: Result(tuple(argv), 0, _grep(Path(argv[1]), argv[5]), ""))

@@ -17,6 +17,7 @@ from hpcjobs.config.models import MaxRequeues
 from hpcjobs.runtime.supervisor import decide as supervisor_decide
 from hpcjobs.runtime.supervisor.policy import Policy, parse
 from hpcjobs.runtime.supervisor.supervise import Stop, Supervisor
+from tests.eventlines import events_in, kinds, line
 from tests.unit.requeue_reference import Action, Budget, Cause, classify, decide
 
 SMALL_BUDGET = Budget(preemption=2, timeout=1, node_failure=1, application=0)
@@ -234,10 +235,10 @@ def _finish_case(
     ckpt.mkdir(parents=True, exist_ok=True)
     if case.done:
         (ckpt / "DONE").write_text("{}")
-    chain = run_dir / "chain-100.tsv"
+    chain = run_dir / "chain-100.jsonl"
     lines = []
     for cause, count in case.counts.items():
-        lines += [f"1.0\t100\t0\trequeue\t{cause.value}\tcontinued\n"] * count
+        lines += [line("100", "requeue", cause.value, "continued", how="continued")] * count
     chain.write_text("".join(lines))
     b = case.budget
     env = {
@@ -270,7 +271,10 @@ def _finish_case(
     sup = _supervisor(env, policy)
     sup.signal_seen = signal
     code = sup.finish(case.exit_code)
-    events = [line.split("\t") for line in chain.read_text().splitlines()]
+    events = [
+        [str(e.time), e.job_id, str(e.restart), e.event, e.cause, e.detail]
+        for e in events_in(chain)
+    ]
     return code, events, _calls(tmp_path)
 
 
@@ -319,13 +323,12 @@ def test_begin_counts_slurm_requeue_as_node_failure(
 ) -> None:
     env = _job_env(tmp_path, SLURM_JOB_ID="7", SLURM_RESTART_COUNT="1")
     run_dir = tmp_path / "run"
-    (run_dir / "chain-7.tsv").write_text("1.0\t7\t0\tstart\t-\tcheckpoint=-1\n")
+    (run_dir / "chain-7.jsonl").write_text(line("7", "start", checkpoint=-1))
     policy = _policy(budgets={**MaxRequeues().model_dump(), "node_failure": 1})
     sup = _supervisor(env, policy)
     assert _begin(sup) is None, capsys.readouterr().err
     assert sup.env["HPCJOBS_RESTART_COUNT"] == "1"
-    events = (run_dir / "chain-7.tsv").read_text().splitlines()
-    assert events[1].split("\t")[3:5] == ["requeue", "node_failure"]
+    assert kinds(run_dir / "chain-7.jsonl")[1] == ("requeue", "node_failure")
     # A second node failure exceeds the budget of 1: the job gives up at once.
     env["SLURM_RESTART_COUNT"] = "2"
     capsys.readouterr()
@@ -340,7 +343,8 @@ def test_cancelled_job_is_not_marked_done(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     assert _supervisor(env).finish(case.exit_code) != 0
     assert not (run_dir / "DONE-100").exists()
-    assert "end\tfail\tcancelled" in (run_dir / "chain-100.tsv").read_text()
+    assert kinds(run_dir / "chain-100.jsonl")[-1] == ("end", "fail")
+    assert events_in(run_dir / "chain-100.jsonl")[-1].detail == "cancelled"
 
 
 @pytest.mark.parametrize(("restart", "marked"), [("0", False), ("1", True)])
@@ -353,10 +357,11 @@ def test_chain_end_after_a_slurm_requeue_is_not_requeued_again(
         tmp_path, SLURM_JOB_ID="100", SLURM_RESTART_COUNT=restart, HPCJOBS_CHAIN_ROOT="100"
     )
     run_dir = tmp_path / "run"
-    for code, end in ((0, "end\tfinish\tcompleted"), (3, "end\tfail\tapplication")):
+    for code, end in ((0, ("finish", "completed")), (3, ("fail", "application"))):
         (tmp_path / "calls.log").write_text("")
         _supervisor(env).finish(code)
-        assert end in (run_dir / "chain-100.tsv").read_text()
+        last = events_in(run_dir / "chain-100.jsonl")[-1]
+        assert (last.event, last.cause, last.detail[: len(end[1])]) == ("end", *end)
         calls = _calls(tmp_path)
         assert ("scontrol update jobid=100 Requeue=0" in calls) is marked, calls
         (run_dir / "DONE-100").unlink(missing_ok=True)
@@ -385,8 +390,13 @@ def test_finish_after_slurm_already_requeued_is_not_done(tmp_path: Path) -> None
     The run must not count as finished, and no continuation may be submitted."""
     env = _job_env(tmp_path, STUB_RESTARTS="1", STUB_SACCT_RUNS="NODE_FAIL|2026-01-01T00:00:00")
     assert _supervisor(env).finish(0) == 0
-    chain = (tmp_path / "run" / "chain-300.tsv").read_text()
-    assert "requeue\tnode_failure\trequeued by Slurm (restart 1)" in chain
+    (event,) = events_in(tmp_path / "run" / "chain-300.jsonl")
+    assert (event.event, event.cause, event.detail) == (
+        "requeue",
+        "node_failure",
+        "requeued by Slurm (restart 1)",
+    )
+    assert (event.text("how"), event.stopped_run) == ("slurm", 0)
     assert not (tmp_path / "run" / "DONE-300").exists()
     assert "sbatch" not in _calls(tmp_path)
 
@@ -398,20 +408,20 @@ def test_begin_after_unlogged_requeue_asks_accounting(tmp_path: Path, utc: None)
         SLURM_RESTART_COUNT="1",
         STUB_SACCT_RUNS="PREEMPTED|2026-01-01T00:00:10 RUNNING|Unknown",
     )
-    (tmp_path / "run" / "chain-300.tsv").write_text("1.0\t300\t0\tstart\t-\tcheckpoint=-1\n")
+    (tmp_path / "run" / "chain-300.jsonl").write_text(line("300", "start", checkpoint=-1))
     assert _begin(_supervisor(env)) is None
-    lines = (tmp_path / "run" / "chain-300.tsv").read_text().splitlines()
-    fields = lines[1].split("\t")
-    assert fields[3:5] == ["requeue", "preemption"]
-    assert fields[0].startswith("1767225610")  # dated at the lost run's end
+    event = events_in(tmp_path / "run" / "chain-300.jsonl")[1]
+    assert (event.event, event.cause) == ("requeue", "preemption")
+    assert event.time == 1767225610  # dated at the lost run's end
+    assert event.text("slurm_state") == "PREEMPTED"
 
 
 def test_begin_never_runs_a_chain_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Slurm requeued a job whose chain had already continued as another job: exit at once."""
     env = _job_env(tmp_path, SLURM_RESTART_COUNT="1")
-    (tmp_path / "run" / "chain-300.tsv").write_text(
-        "1.0\t300\t0\tstart\t-\tcheckpoint=-1\n"
-        "2.0\t300\t0\trequeue\tpreemption\tcontinued as job 301 checkpoint=4 progress=4\n"
+    (tmp_path / "run" / "chain-300.jsonl").write_text(
+        line("300", "start", checkpoint=-1)
+        + line("300", "requeue", "preemption", "continued as job 301", how="continued", next="301")
     )
     assert _begin(_supervisor(env)) == 0
     assert "already continues as job 301" in capsys.readouterr().err
@@ -426,27 +436,30 @@ def test_begin_enforces_total_budget_on_slurm_requeues(
         STUB_SACCT_RUNS="NODE_FAIL|2026-01-01T00:00:00",
         HPCJOBS_CHAIN_ROOT="299",
     )
-    (tmp_path / "run" / "chain-300.tsv").write_text(
-        "1.0\t299\t0\tstart\t-\tcheckpoint=-1\n"
-        "2.0\t299\t0\trequeue\ttimeout\tcontinued as job 300 checkpoint=1 progress=1\n"
-        "3.0\t300\t0\tstart\t-\tcheckpoint=1\n"
+    (tmp_path / "run" / "chain-300.jsonl").write_text(
+        line("299", "start", checkpoint=-1)
+        + line("299", "requeue", "timeout", "continued as job 300", how="continued", next="300")
+        + line("300", "start", checkpoint=1)
     )
     assert _begin(_supervisor(env, max_total=1)) == 1
     assert "total requeue budget exhausted (1/1); giving up" in capsys.readouterr().err
-    last = (tmp_path / "run" / "chain-300.tsv").read_text().splitlines()[-1].split("\t")
-    assert last[3:] == ["end", "fail", "requeue budget exhausted: 1/1 requeues in total"]
+    last = events_in(tmp_path / "run" / "chain-300.jsonl")[-1]
+    assert (last.event, last.cause, last.detail) == (
+        "end",
+        "fail",
+        "requeue budget exhausted: 1/1 requeues in total",
+    )
 
 
 def test_begin_sets_aside_a_log_left_by_an_earlier_job_with_the_same_id(tmp_path: Path) -> None:
     """Job ids repeat when a cluster's counter is reset: an old chain must not pass for ours."""
     env = _job_env(tmp_path)
     run_dir = tmp_path / "run"
-    (run_dir / "chain-300.tsv").write_text("1.0\t300\t0\tend\tfinish\tcompleted\n")
+    (run_dir / "chain-300.jsonl").write_text(line("300", "end", "finish", "completed"))
     (run_dir / "DONE-300").write_text("")
     assert _begin(_supervisor(env)) is None
-    events = (run_dir / "chain-300.tsv").read_text().splitlines()
-    assert [e.split("\t")[3] for e in events] == ["standby", "start"]
-    assert list(run_dir.glob("chain-300.tsv.stale-*"))
+    assert [kind for kind, _ in kinds(run_dir / "chain-300.jsonl")] == ["standby", "start"]
+    assert list(run_dir.glob("chain-300.jsonl.stale-*"))
     assert not (run_dir / "DONE-300").exists()
 
 
@@ -506,5 +519,13 @@ def test_event_log_done_marker_and_job_logs_are_private(tmp_path: Path) -> None:
         os.umask(old)
     assert out.stat().st_mode & 0o777 == 0o600 and err.stat().st_mode & 0o777 == 0o600
     assert decoy.stat().st_mode & 0o777 == 0o644  # a job name cannot point it elsewhere
-    assert (run_dir / "chain-300.tsv").stat().st_mode & 0o777 == 0o600
+    assert (run_dir / "chain-300.jsonl").stat().st_mode & 0o777 == 0o600
     assert (run_dir / "DONE-300").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_reference_speaks_the_one_vocabulary_of_causes() -> None:
+    """The independent reference model above names causes as the supervisor does (it leaves
+    out infrastructure and stall, which tests/unit/test_decide.py and test_faults.py cover)."""
+    from hpcjobs.runtime.supervisor.causes import CANCELLED, CAUSES, FINISHED
+
+    assert {c.value for c in Cause} <= {*CAUSES, FINISHED, CANCELLED}

@@ -23,6 +23,7 @@ from hpcjobs.jobs.runfolder import (
 from hpcjobs.runner import LocalRunner
 from hpcjobs.script.jobspec import Where, parse_spec
 from hpcjobs.script.render import render_job
+from tests.eventlines import events_in
 from tests.unit.test_requeue import _begin, _job_env, _supervisor
 
 
@@ -243,8 +244,7 @@ def _start(tmp_path: Path, ckpt: Path, print_: str) -> int | None:
 
 
 def _events(tmp_path: Path) -> list[list[str]]:
-    text = (tmp_path / "run" / "chain-41.tsv").read_text()
-    return [line.split("\t")[3:] for line in text.splitlines()]
+    return [[e.event, e.cause, e.detail] for e in events_in(tmp_path / "run" / "chain-41.jsonl")]
 
 
 def test_job_claims_an_unclaimed_folder_and_runs(tmp_path: Path) -> None:

@@ -27,14 +27,14 @@ def _history(text: str) -> dict[str, list[tuple[str, str]]]:
 
 def test_causes_from_recorded_22_05() -> None:
     got = _history(SACCT22)
-    assert got[IDS["preempted"]] == [("PREEMPTED", "preempted"), ("COMPLETED", "completed")]
-    assert got[IDS["nodefail"]] == [("NODE_FAIL", "node failure"), ("COMPLETED", "completed")]
+    assert got[IDS["preempted"]] == [("PREEMPTED", "preemption"), ("COMPLETED", "completed")]
+    assert got[IDS["nodefail"]] == [("NODE_FAIL", "node_failure"), ("COMPLETED", "completed")]
     assert got[IDS["selfrequeue"]] == [("REQUEUED", "requeued"), ("COMPLETED", "completed")]
     assert got[IDS["timeout"]] == [("TIMEOUT", "timeout")]
-    assert got[IDS["fail"]] == [("FAILED", "application failure")]
+    assert got[IDS["fail"]] == [("FAILED", "application")]
     assert got[IDS["cancel"]] == [("CANCELLED", "cancelled")]
     assert got[IDS["ok"]] == [("COMPLETED", "completed")]
-    assert got["23_1"] == [("FAILED", "application failure")]
+    assert got["23_1"] == [("FAILED", "application")]
 
 
 def test_gap_before_the_next_run() -> None:
@@ -45,13 +45,13 @@ def test_gap_before_the_next_run() -> None:
     assert (first.index, second.index, hist.restarts) == (0, 1, 1)
     data = hist.to_dict()
     assert data["runs"][0]["start"] == "2026-11-30T03:49:12"
-    assert data["runs"][0]["cause"] == "preempted" and data["restarts"] == 1
+    assert data["runs"][0]["cause"] == "preemption" and data["restarts"] == 1
 
 
 def test_24_11_four_runs_and_details() -> None:
     histories = {h.job_id: h for h in build_history(parse.parse_sacct(SACCT24))}
     runs = histories["1171"].runs
-    assert [r.cause for r in runs] == ["preempted", "node failure", "requeued", "running"]
+    assert [r.cause for r in runs] == ["preemption", "node_failure", "requeued", "running"]
     assert [r.gap_to_next_s for r in runs] == [121.0 + 55.0, 180.0, 150.0, None]
     assert histories["1174"].runs[0].detail == "out of memory"
     assert histories["1173"].runs[0].detail == "exit code 1"
@@ -63,7 +63,7 @@ def test_requeued_by_hpcjobs_is_marked() -> None:
     rows = parse.parse_sacct(SACCT24)
     histories = build_history(rows, hpcjobs_requeues={"1171": {2}})
     runs = next(h for h in histories if h.job_id == "1171").runs
-    assert runs[2].cause == "requeued by hpcjobs"
+    assert runs[2].cause == "requeued_by_hpcjobs"
     row = next(r for r in rows if r.state == "REQUEUED")
     assert classify_run(row) == ("requeued", "")
 

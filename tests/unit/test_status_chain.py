@@ -20,6 +20,7 @@ from hpcjobs.jobs.chain import Chain, Event, ended_by_accounting, format_event, 
 from hpcjobs.jobs.records import remember
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.slurm import backend
+from tests.eventlines import from_prose
 from tests.fakes import FakeRunner, client_for, ok
 from tests.unit.test_follow import _line
 
@@ -44,7 +45,7 @@ class SlurmAndFiles(FakeRunner):
         env: Mapping[str, str] | None = None,
     ) -> Result:
         if argv[0] == "tee" and self.tee_fails:
-            raise CommandError(argv, 1, "tee: chain-40.tsv: Permission denied")
+            raise CommandError(argv, 1, "tee: chain-40.jsonl: Permission denied")
         if argv[0] in ("cat", "tee"):
             self.calls.append(list(argv))
             return LocalRunner().run(argv, stdin=stdin, check=check)
@@ -59,7 +60,7 @@ def slurm(monkeypatch: pytest.MonkeyPatch) -> SlurmAndFiles:
 
 
 def _ev(job_id: str, kind: str, cause: str = "-", detail: str = "", restart: int = 0) -> str:
-    return format_event(Event(1000.0, job_id, restart, kind, cause, detail))
+    return from_prose(job_id, kind, cause, detail, at=1000.0, restart=restart)
 
 
 def _chain(tmp_path: Path, root: str, *lines: str) -> Path:
@@ -67,7 +68,7 @@ def _chain(tmp_path: Path, root: str, *lines: str) -> Path:
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     remember([root], tmp_path / "record.json", output_dir=str(out))
-    log = out / f"chain-{root}.tsv"
+    log = out / f"chain-{root}.jsonl"
     log.write_text("".join(lines))
     return log
 
@@ -240,7 +241,7 @@ def test_ended_by_accounting_only_for_cancelled() -> None:
 def test_event_lines_round_trip() -> None:
     event = Event(1796013732.335, "42_3", 2, "end", "fail", "a\ttab and\na newline")
     (back,) = parse_chain(format_event(event)).events
-    assert back == Event(1796013732.335, "42_3", 2, "end", "fail", "a tab and a newline")
+    assert back == event
     assert parse_chain(_ev("1", "start") * 3).starts == 3
 
 

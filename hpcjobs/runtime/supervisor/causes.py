@@ -23,3 +23,23 @@ FAULTS = (NODE_FAILURE, INFRASTRUCTURE, STALL)
 CANCELLED = "cancelled"
 #: The program exited 0 without a warning signal: the chain is finished.
 FINISHED = "none"
+
+#: How Slurm records the end of a run (a job state, first word) -> its cause, where the state
+#: says one. What a state means in context (a batch host that died without a word, a requeue
+#: Slurm did itself) is decided in :mod:`.decide`.
+SLURM_STATES = {
+    "PREEMPTED": PREEMPTION,
+    "TIMEOUT": TIMEOUT,
+    "DEADLINE": TIMEOUT,
+    "NODE_FAIL": NODE_FAILURE,
+    "BOOT_FAIL": NODE_FAILURE,
+    "FAILED": APPLICATION,
+    "OUT_OF_MEMORY": APPLICATION,
+    "CANCELLED": CANCELLED,
+}
+
+
+def of_slurm_state(state: str) -> str:
+    """The cause a Slurm job state names ("" for none: COMPLETED, RUNNING, ...)."""
+    word = state.split(" ", 1)[0].rstrip("+") if state else ""  # sacct cuts long words with +
+    return SLURM_STATES.get(word, "")

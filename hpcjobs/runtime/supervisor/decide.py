@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .causes import APPLICATION, CANCELLED, FINISHED, NODE_FAILURE, PREEMPTION, TIMEOUT
+from .causes import (
+    APPLICATION,
+    CANCELLED,
+    FINISHED,
+    INFRASTRUCTURE,
+    NODE_FAILURE,
+    PREEMPTION,
+    TIMEOUT,
+    of_slurm_state,
+)
 
 #: Slurm states in which a job has not ended yet ('scontrol show job'; an ending job shows
 #: COMPLETING whatever ended it).
@@ -45,27 +54,22 @@ def requeue_cause(state: str, signal: str = "") -> str:
 
     PREEMPTED: the grace time ran out before the job ended. NODE_FAIL, an admin's requeue or no
     record: node failure (a warning signal before it still means a preemption)."""
-    word = state.split(" ", 1)[0] if state else ""
-    if word == "PREEMPTED":
-        return PREEMPTION
-    if word == "NODE_FAIL":
-        return NODE_FAILURE
+    cause = of_slurm_state(state)
+    if cause in (PREEMPTION, NODE_FAILURE):
+        return cause
     return PREEMPTION if signal == "warning" else NODE_FAILURE
 
 
 def standby_cause(state: str) -> str | None:
     """Why the run a standby stood by for ended, from its final state; None: it was cancelled
     (the standby must not run)."""
-    word = state.split(" ", 1)[0] if state else ""
-    if word in ("NODE_FAIL", "BOOT_FAIL"):
-        return NODE_FAILURE
-    if word == "PREEMPTED":
-        return PREEMPTION
-    if word in ("TIMEOUT", "DEADLINE"):
-        return TIMEOUT
-    if word.startswith("CANCELLED"):
+    cause = of_slurm_state(state)
+    if cause in (NODE_FAILURE, PREEMPTION, TIMEOUT):
+        return cause
+    if cause == CANCELLED:
         return None
-    return "infrastructure"
+    # It failed or completed, yet said nothing: its batch host or its supervisor died.
+    return INFRASTRUCTURE
 
 
 class EndFacts(NamedTuple):

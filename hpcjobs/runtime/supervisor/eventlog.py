@@ -1,115 +1,438 @@
-"""The chain's event log, as the supervisor writes and reads it.
+"""The chain's event log: its one format, its one parser, and what a chain's events say.
 
-One file per chain, ``<output dir>/chain-<root>.tsv``, mode 0600, one line per event appended
-with a single ``write(2)``: ``<unix time>\\t<job id>\\t<restart>\\t<event>\\t<cause>\\t<detail>``
-(docs/requeue.md, "The event log"; :mod:`hpcjobs.jobs.chain` reads it on the submit side).
+One file per chain, ``<output dir>/chain-<root>.jsonl`` (:mod:`.names`), mode 0600. Each event
+is one line, one JSON object, appended with a single ``write(2)``::
+
+    {"v": 1, "time": 1796207768.202605, "job": "2014", "restart": 0, "event": "start",
+     "cause": "-", "detail": "checkpoint=-1 nodes=n[1-2] batch=n1",
+     "checkpoint": -1, "nodelist": "n[1-2]", "batch": "n1"}
+
+``v`` is the format (:data:`FORMAT`); ``detail`` is for people, programs read the fields that
+:data:`FIELDS` lists for each event (docs/requeue.md, "The event log"). The supervisor writes
+it (:class:`EventLog`); ``history``, ``report``, ``status``, ``--wait`` and the executor read it
+through :func:`parse` (by way of :mod:`hpcjobs.jobs.chain`), and so does the supervisor.
+
+hpcjobs 0.1 wrote ``chain-<root>.tsv``, tab-separated, with the facts in the prose of its
+detail; a job still running such a script keeps writing it. :func:`parse` reads those lines
+too, and gives them the same fields (:func:`_legacy`): the only place that reads prose.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
-_CONTROL = re.compile(r"[\t\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+#: The format this module writes. A reader takes lines of any version: fields it does not know
+#: are kept, fields it needs and does not find read as missing.
+FORMAT = 1
+
+#: The fields of each event, besides those every event has (v, time, job, restart, event,
+#: cause, detail). Ids are strings, steps and counts integers, node lists lists of names.
+FIELDS: Mapping[str, tuple[str, ...]] = {
+    # A run began: the checkpoint step it resumes from (-1: none), its nodes (a Slurm
+    # hostlist) and its batch host.
+    "start": ("checkpoint", "nodelist", "batch"),
+    # A run ended for ``cause`` and the chain goes on. ``how``: one of HOWS. ``next``: the job
+    # the chain continues in (none for Slurm's own requeue). ``stopped_job``/``stopped_run``:
+    # the run that ended (job id, and that job's restart count when it ran). ``slurm_state``:
+    # how Slurm recorded that run's end, when a standby logs it. ``checkpoint``/``progress``:
+    # the newest complete checkpoint and the step reached (-1: none).
+    "requeue": (
+        "how",
+        "next",
+        "stopped_job",
+        "stopped_run",
+        "slurm_state",
+        "checkpoint",
+        "progress",
+    ),
+    # The chain is over; ``cause`` is finish or fail, ``detail`` says why.
+    "end": (),
+    # The first warning signal or SIGTERM of a run (cause warning or term).
+    "signal": ("signal",),
+    # A run of ``standby_for`` submitted its standby: job ``standby`` waits for it to end.
+    "standby": ("standby", "standby_for"),
+    # What ended a run (cause as for requeue): the suspect node (null: none), the job whose
+    # run it ended, and the evidence (a matched log line, a stalled rank, Slurm's state).
+    "fault": ("node", "stopped_job", "evidence"),
+    # The nodes every later run leaves out (the whole list), those let go to stay within
+    # ``limit``.
+    "exclude": ("nodes", "released", "limit"),
+    # The site's health check on a suspect (cause pass or fail): its exit code, its last line.
+    "health": ("node", "exit", "output"),
+    # A run got excluded ``nodes`` and handed over to ``next`` at once.
+    "handoff": ("next", "nodes"),
+}
+
+#: How a ``requeue`` went on: the run continued as a new job (or its standby); its standby took
+#: over after it died without a word; Slurm requeued the job itself; or hpcjobs asked Slurm to
+#: requeue it because no continuation could be submitted.
+CONTINUED, TOOK_OVER, SLURM, SLURM_FALLBACK = "continued", "took_over", "slurm", "slurm_fallback"
+HOWS = (CONTINUED, TOOK_OVER, SLURM, SLURM_FALLBACK)
+
+_COMMON = ("v", "time", "job", "restart", "event", "cause", "detail")
 
 
-class Line(NamedTuple):
-    time: str
+@dataclass(frozen=True)
+class Event:
+    """One line of the event log. ``data`` holds the event's own fields (:data:`FIELDS`)."""
+
+    time: float
     job_id: str
-    restart: str
+    restart: int
     event: str
     cause: str
     detail: str
+    data: Mapping[str, object] = field(default_factory=dict, hash=False)
+
+    def text(self, key: str) -> str:
+        """A string field ("" when missing or null)."""
+        value = self.data.get(key)
+        return value if isinstance(value, str) else ""
+
+    def number(self, key: str) -> int | None:
+        """An integer field (None when missing or not an integer)."""
+        value = self.data.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def names(self, key: str) -> list[str]:
+        """A list-of-names field ([] when missing)."""
+        value = self.data.get(key)
+        return [x for x in value if isinstance(x, str)] if isinstance(value, list) else []
+
+    @property
+    def stopped_job(self) -> str:
+        """For a ``requeue``: the job whose run ended (a standby logs its predecessor's)."""
+        return self.text("stopped_job") or self.job_id
+
+    @property
+    def stopped_run(self) -> int:
+        """For a ``requeue``: the restart count of the run that ended."""
+        run = self.number("stopped_run")
+        return self.restart if run is None else run
+
+
+def encode(event: Event) -> str:
+    """``event`` as one line of the log (ASCII: no character of it can break the line).
+
+    Raises ValueError when a field of its own reuses a common name."""
+    clash = [key for key in event.data if key in _COMMON]
+    if clash:
+        raise ValueError(f"event field(s) {', '.join(clash)} clash with the common fields")
+    record: dict[str, object] = {
+        "v": FORMAT,
+        "time": round(event.time, 6),
+        "job": event.job_id,
+        "restart": event.restart,
+        "event": event.event,
+        "cause": event.cause or "-",
+        "detail": event.detail,
+    }
+    record.update(event.data)
+    return json.dumps(record, ensure_ascii=True, separators=(", ", ": ")) + "\n"
+
+
+def parse(text: str) -> list[Event]:
+    """Every event in a log's text, oldest first: JSON lines, and the tab-separated lines of
+    hpcjobs 0.1. A malformed line (one cut short by a crash) is skipped."""
+    events = []
+    for line in text.split("\n"):
+        line = line.rstrip("\r")
+        event = _from_json(line) if line.startswith("{") else _from_tsv(line)
+        if event is not None:
+            events.append(event)
+    return events
+
+
+def _from_json(line: str) -> Event | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    stamp, job, restart = record.get("time"), record.get("job"), record.get("restart")
+    kind, cause, detail = record.get("event"), record.get("cause"), record.get("detail", "")
+    if not isinstance(record.get("v"), int) or not isinstance(stamp, (int, float)):
+        return None
+    if not (isinstance(job, str) and isinstance(kind, str) and isinstance(cause, str)):
+        return None
+    if not isinstance(restart, int) or not isinstance(detail, str):
+        return None
+    data = {k: v for k, v in record.items() if k not in _COMMON}
+    return Event(float(stamp), job, restart, kind, cause, detail, data)
+
+
+def _from_tsv(line: str) -> Event | None:
+    parts = line.split("\t")
+    if len(parts) != 6:
+        return None
+    try:
+        stamp, restart = float(parts[0]), int(parts[2])
+    except ValueError:
+        return None
+    detail, data = _legacy(parts[3], parts[5])
+    return Event(stamp, parts[1], restart, parts[3], parts[4], detail, data)
+
+
+_ID = r"(\d+(?:_\d+)?)"
+_NUMBER = re.compile(r"(\w+)=(-?\d+)")
+_LEGACY_REQUEUE = (
+    (re.compile(rf"^continued as job {_ID}"), CONTINUED),
+    (re.compile(rf"^standby job {_ID} took over from job {_ID} \(([^)]*)\)"), TOOK_OVER),
+    (re.compile(r"^requeued by Slurm \(restart (\d+)\)"), SLURM),
+    (re.compile(r"^requeued by Slurm \(fallback\)"), SLURM_FALLBACK),
+)
+_LEGACY_STANDBY = re.compile(rf"^standby job {_ID} for job {_ID}$")
+_LEGACY_FAULT = re.compile(r"^node=(\S*)(?: job=(\S+))?(?: (?!evidence=)\S+)*(?: evidence=(.*))?$")
+_LEGACY_HANDOFF = re.compile(rf"^continued as job {_ID}: .* excluded (\S+)")
+_LEGACY_HEALTH = re.compile(r"^node=(\S+)(?: exit=(-?\d+))?(?: (.*))?$")
+
+
+def _legacy(kind: str, detail: str) -> tuple[str, dict[str, object]]:
+    """The fields of a hpcjobs 0.1 event, read from its prose ``detail``; and that detail
+    without the numbers that became fields (``requeue``)."""
+    reader = _LEGACY.get(kind)
+    data = reader(detail) if reader else {}
+    if kind == "requeue":
+        detail = detail.split(" checkpoint=", 1)[0]
+    return detail, data
+
+
+def _words(detail: str) -> dict[str, str]:
+    """The ``key=value`` words of a detail."""
+    pairs = (w.split("=", 1) for w in detail.split(" ") if "=" in w)
+    return {key: value for key, value in pairs}
+
+
+def _legacy_start(detail: str) -> dict[str, object]:
+    words = _words(detail)
+    data: dict[str, object] = {"checkpoint": _numbers(detail).get("checkpoint", -1)}
+    for key, word in (("nodelist", "nodes"), ("batch", "batch")):
+        if word in words:
+            data[key] = words[word]
+    return data
+
+
+def _legacy_requeue(detail: str) -> dict[str, object]:
+    numbers = _numbers(detail)
+    data: dict[str, object] = {k: numbers[k] for k in ("checkpoint", "progress") if k in numbers}
+    for pattern, how in _LEGACY_REQUEUE:
+        match = pattern.search(detail)
+        if not match:
+            continue
+        data["how"] = how
+        if how == CONTINUED:
+            data["next"] = match.group(1)
+        elif how == TOOK_OVER:
+            data.update(next=match.group(1), stopped_job=match.group(2))
+            data["slurm_state"] = match.group(3)
+        elif how == SLURM:
+            data["stopped_run"] = int(match.group(1)) - 1
+        break
+    return data
+
+
+def _legacy_standby(detail: str) -> dict[str, object]:
+    match = _LEGACY_STANDBY.match(detail)
+    return {"standby": match.group(1), "standby_for": match.group(2)} if match else {}
+
+
+def _legacy_fault(detail: str) -> dict[str, object]:
+    match = _LEGACY_FAULT.match(detail)
+    if not match:
+        return {"node": None, "evidence": detail}
+    node = match.group(1)
+    data: dict[str, object] = {"node": None if node in ("", "-") else node}
+    data["evidence"] = match.group(3) or ""
+    if match.group(2):
+        data["stopped_job"] = match.group(2)
+    return data
+
+
+def _legacy_exclude(detail: str) -> dict[str, object]:
+    words = _words(detail)
+    return {
+        "nodes": _node_list(words.get("nodes", "")),
+        "released": _node_list(words.get("released", "")),
+    }
+
+
+def _legacy_health(detail: str) -> dict[str, object]:
+    match = _LEGACY_HEALTH.match(detail)
+    if not match:
+        return {}
+    data: dict[str, object] = {"node": match.group(1), "output": match.group(3) or ""}
+    if match.group(2):
+        data["exit"] = int(match.group(2))
+    return data
+
+
+def _legacy_handoff(detail: str) -> dict[str, object]:
+    match = _LEGACY_HANDOFF.match(detail)
+    return {"next": match.group(1), "nodes": _node_list(match.group(2))} if match else {}
+
+
+def _legacy_signal(detail: str) -> dict[str, object]:
+    return {"signal": detail}
+
+
+_LEGACY: dict[str, Callable[[str], dict[str, object]]] = {
+    "start": _legacy_start,
+    "requeue": _legacy_requeue,
+    "standby": _legacy_standby,
+    "fault": _legacy_fault,
+    "exclude": _legacy_exclude,
+    "health": _legacy_health,
+    "handoff": _legacy_handoff,
+    "signal": _legacy_signal,
+}
+
+
+def _numbers(detail: str) -> dict[str, int]:
+    return {key: int(value) for key, value in _NUMBER.findall(detail)}
+
+
+def _node_list(text: str) -> list[str]:
+    return [n for n in text.split(",") if n and n != "-"]
+
+
+class Chain:
+    """What a chain's events say: its jobs, its standbys, its exclusions, its end."""
+
+    def __init__(self, events: Iterable[Event] = ()) -> None:
+        self.events: list[Event] = list(events)
+
+    @property
+    def root(self) -> str | None:
+        return self.events[0].job_id if self.events else None
+
+    @property
+    def job_ids(self) -> list[str]:
+        """Every job id of the chain, in order (continuations included, pending or not)."""
+        ids: list[str] = []
+        for event in self.events:
+            for job_id in (event.job_id, self._next(event)):
+                if job_id and job_id not in ids:
+                    ids.append(job_id)
+        return ids
+
+    @staticmethod
+    def _next(event: Event) -> str:
+        """The job ``event`` says the chain continues in ("" for none)."""
+        return event.text("next") if event.event in ("requeue", "handoff") else ""
+
+    @property
+    def final(self) -> Event | None:
+        ends = [e for e in self.events if e.event == "end"]
+        return ends[-1] if ends else None
+
+    @property
+    def starts(self) -> int:
+        """How many runs of the chain began (its ``start`` events)."""
+        return self.count("start")
+
+    def count(self, event: str, cause: str = "") -> int:
+        """How many ``event`` events (of ``cause``, if given) the chain has."""
+        return sum(1 for e in self.events if e.event == event and (not cause or e.cause == cause))
+
+    def standbys(self) -> list[tuple[str, str]]:
+        """(standby job, the job whose run submitted it) for each ``standby`` event, in order."""
+        pairs = []
+        for event in self.events:
+            owner = event.text("standby_for")
+            if event.event == "standby" and event.text("standby") and owner:
+                pairs.append((event.text("standby"), owner))
+        return pairs
+
+    @property
+    def standby_ids(self) -> list[str]:
+        """Every standby job the chain's runs submitted (most are cancelled or became runs)."""
+        return list(dict.fromkeys(standby for standby, _ in self.standbys()))
+
+    def standby_for(self, job_id: str) -> str | None:
+        """The standby that ``job_id``'s newest run submitted, if any."""
+        found = [standby for standby, owner in self.standbys() if owner == job_id]
+        return found[-1] if found else None
+
+    def continued_as(self, job_id: str) -> bool:
+        """Whether a run logged that the chain continues as ``job_id``."""
+        return any(self._next(e) == job_id for e in self.events)
+
+    def predecessor(self, job_id: str) -> str | None:
+        """The job whose run continued the chain as ``job_id`` (None: none did)."""
+        for event in self.events:
+            if self._next(event) == job_id and event.job_id != job_id:
+                return event.job_id
+        return None
+
+    def names_job(self, job_id: str) -> bool:
+        """Whether ``job_id`` (or a task of that array) is a continuation or a standby of this
+        chain: a job that carries the chain's root but is not named here is not part of it."""
+        named = [self._next(e) for e in self.events] + [s for s, _ in self.standbys()]
+        return any(n == job_id or n.startswith(job_id + "_") for n in named if n)
+
+    def ended_after_standby(self, standby: str) -> bool:
+        """Whether the chain logged its end after ``standby`` was submitted."""
+        on = False
+        for event in self.events:
+            if event.event == "standby" and event.text("standby") == standby:
+                on = True
+            elif on and event.event == "end":
+                return True
+        return False
+
+    def excluded(self) -> list[str]:
+        """The nodes the chain excludes now (each ``exclude`` event holds the whole list)."""
+        found: list[str] = []
+        for event in self.events:
+            if event.event == "exclude":
+                found = event.names("nodes")
+        return found
+
+    def last_ending(self) -> Event | None:
+        """The newest event that tells how a run ended (signal events may come after it)."""
+        kept = [e for e in self.events if e.event != "signal"]
+        return kept[-1] if kept else None
 
 
 class EventLog:
-    """The event log of one chain, seen from one run (``job_id``, Slurm restart ``restart``)."""
+    """The event log of one chain, written by one run (``job_id``, Slurm restart ``restart``)."""
 
     def __init__(self, path: str, job_id: str, restart: int) -> None:
         self.path = path
         self.job_id = job_id
         self.restart = restart
 
-    def append(self, event: str, cause: str, detail: str, when: float | None = None) -> None:
-        """Add one event (``when``: epoch seconds it happened, if not now)."""
-        stamp = f"{time.time() if when is None else when:.9f}"
-        text = "\t".join(
-            [stamp, self.job_id, str(self.restart), event, cause or "-", _CONTROL.sub(" ", detail)]
+    def append(
+        self, event: str, cause: str, detail: str, when: float | None = None, **data: object
+    ) -> None:
+        """Add one event (``when``: epoch seconds it happened, if not now) in one write."""
+        line = encode(
+            Event(
+                time.time() if when is None else when,
+                self.job_id,
+                self.restart,
+                event,
+                cause,
+                detail,
+                data,
+            )
         )
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            os.write(fd, (text + "\n").encode("utf-8", "replace"))
+            os.write(fd, line.encode("ascii"))
         finally:
             os.close(fd)
 
-    def lines(self) -> list[Line]:
-        """Every well-formed line, oldest first (none when there is no log)."""
+    def read(self) -> Chain:
+        """The chain as the log has it now (no events when there is no log)."""
         try:
-            with open(self.path, encoding="utf-8", errors="replace") as handle:
-                raw = handle.read()
+            with open(self.path, "rb") as handle:
+                return Chain(parse(handle.read().decode("utf-8", "replace")))
         except OSError:
-            return []
-        found = []
-        for text in raw.split("\n"):
-            parts = text.split("\t")
-            if len(parts) == 6:
-                found.append(Line(*parts))
-        return found
-
-    def count(self, event: str, cause: str = "") -> int:
-        """How many ``event`` lines (of ``cause``, if given) the chain has."""
-        return sum(1 for x in self.lines() if x.event == event and (not cause or x.cause == cause))
-
-    def standby_of(self, job_id: str) -> str:
-        """The standby job a run of ``job_id`` submitted (its newest), or ""."""
-        found = ""
-        for x in self.lines():
-            words = x.detail.split(" ")  # standby job <id> for job <job_id>
-            if (
-                x.event == "standby"
-                and len(words) == 6
-                and words[5] == job_id
-                and words[:2] == ["standby", "job"]
-                and words[3:5] == ["for", "job"]
-            ):
-                found = words[2]
-        return found
-
-    def continued_as(self, job_id: str) -> bool:
-        """Whether a run logged that the chain continues as ``job_id``."""
-        pattern = re.compile(rf"continued as job {re.escape(job_id)}( |$)")
-        return any(pattern.search(x.detail) for x in self.lines())
-
-    def names_job(self, job_id: str) -> bool:
-        """Whether the log names ``job_id`` (or a task of that array) as a continuation or a
-        standby of this chain: a job carrying the chain's root but not named here is not
-        part of it."""
-        pattern = re.compile(rf"(continued as|standby) job {re.escape(job_id)}( |$|_)")
-        return any(pattern.search(x.detail) for x in self.lines())
-
-    def ended_after_standby(self, standby: str) -> bool:
-        """Whether the chain logged its end after ``standby`` was submitted."""
-        on = False
-        for x in self.lines():
-            if x.detail.startswith(f"standby job {standby} for job"):
-                on = True
-            elif on and x.event == "end":
-                return True
-        return False
-
-    def excluded(self) -> list[str]:
-        """The nodes the chain excludes now (each ``exclude`` event holds the whole list)."""
-        listed = ""
-        for x in self.lines():
-            if x.event == "exclude":
-                listed = x.detail
-        listed = listed[len("nodes=") :] if listed.startswith("nodes=") else listed
-        listed = listed.split(" ", 1)[0]
-        return [] if listed in ("", "-") else [n for n in listed.split(",") if n]
-
-    def last_ending(self) -> Line | None:
-        """The newest line that tells how a run ended (signal lines may come after it)."""
-        kept = [x for x in self.lines() if x.event != "signal"]
-        return kept[-1] if kept else None
+            return Chain()

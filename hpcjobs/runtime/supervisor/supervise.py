@@ -24,9 +24,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypedDict
 
-from . import decide
+from . import decide, names
 from .agent import AGENT_STEP, ENV_NODE_TMP, local_dir, node_name
 from .agent import interval as agent_interval
 from .causes import (
@@ -38,7 +39,7 @@ from .causes import (
     PREEMPTION,
     STALL,
 )
-from .eventlog import EventLog
+from .eventlog import CONTINUED, SLURM, SLURM_FALLBACK, TOOK_OVER, Chain, EventLog
 from .policy import Policy
 from .signatures import all_patterns
 from .slurm import Slurm, field, line_value
@@ -84,6 +85,14 @@ def _epoch(text: str) -> float | None:
         return None
 
 
+class Position(TypedDict):
+    """Where the program is when a run ends: the newest complete checkpoint step and the step
+    it reached (-1: none), as the ``requeue`` event's fields."""
+
+    checkpoint: int
+    progress: int
+
+
 class Supervisor:
     """One run of a chain, supervised (see the module docs)."""
 
@@ -95,8 +104,13 @@ class Supervisor:
         slurm: Slurm | None = None,
         env: dict[str, str] | None = None,
         program: Sequence[str] = (),
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.policy = policy
+        #: How the waits for Slurm tell the time and pass it (tests give a fake clock).
+        self.clock = clock
+        self.sleep = sleep
         #: How to run this program on any node of the job (the agents are started with it).
         self.program = list(program) or ["python3", "-m", "hpcjobs.runtime.supervisor"]
         self.script = script
@@ -137,12 +151,19 @@ class Supervisor:
 
     @property
     def events(self) -> EventLog:
-        path = os.path.join(self.run_dir, f"chain-{self.root or self.self_id}.tsv")
+        path = os.path.join(self.run_dir, names.chain_log(self.root or self.self_id))
         return EventLog(path, self.self_id, self.restart)
 
-    def event(self, event: str, cause: str, detail: str, when: float | None = None) -> None:
+    @property
+    def chain(self) -> Chain:
+        """The chain's events as the log has them now."""
+        return self.events.read()
+
+    def event(
+        self, event: str, cause: str, detail: str, when: float | None = None, **data: object
+    ) -> None:
         try:
-            self.events.append(event, cause, detail, when)
+            self.events.append(event, cause, detail, when, **data)
         except OSError as exc:
             self.log(f"could not write the event log: {exc}")
 
@@ -162,11 +183,12 @@ class Supervisor:
             return -1
         return int(value) if value.isdecimal() else -1
 
-    def position(self) -> str:
-        return f"checkpoint={self.latest_step()} progress={self.progress()}"
+    def position(self) -> Position:
+        """Where the program is: the ``checkpoint`` and ``progress`` fields of a requeue."""
+        return Position(checkpoint=self.latest_step(), progress=self.progress())
 
     def done_file(self) -> str:
-        return os.path.join(self.run_dir, f"DONE-{self.root}")
+        return os.path.join(self.run_dir, names.done_marker(self.root))
 
     def is_done(self) -> bool:
         return os.path.isfile(os.path.join(self.ckpt_dir, "DONE")) or os.path.isfile(
@@ -216,7 +238,7 @@ class Supervisor:
         if child is not None and self.waiting and not self.signal_logged:
             # When the first signal came (hpcjobs report: time from the warning to the end).
             self.signal_logged = True
-            self.event("signal", self.signal_seen, "SIG" + name)
+            self.event("signal", self.signal_seen, "SIG" + name, signal="SIG" + name)
         if child is not None:
             sys.stderr.write(
                 f"hpcjobs: SIG{name} received, forwarding it to the launcher (pid {child.pid})\n"
@@ -260,7 +282,7 @@ class Supervisor:
         _private_mkdir(self.run_dir)
         self.private_logs()
         # A continuation carries its chain's root; anything else starts a chain of its own.
-        if self.root and not self.events.names_job(
+        if self.root and not self.chain.names_job(
             self.env.get("SLURM_ARRAY_JOB_ID") or self.job or "x"
         ):
             self.root = self.self_id
@@ -270,7 +292,7 @@ class Supervisor:
         self.env["HPCJOBS_CHAIN_ROOT"] = self.root
         # The ranks report their progress on node-local storage (hpcjobs.runtime.progress);
         # the node agents summarize it into the chain's progress folder, next to the event log.
-        self.progress_dir = os.path.join(self.run_dir, f"progress-{self.root}")
+        self.progress_dir = os.path.join(self.run_dir, names.progress_dir(self.root))
         if self.root == self.self_id and self.restart == 0:
             self.set_aside_stale()
         tmp = self.env.get("TMPDIR") or "/tmp"
@@ -284,7 +306,7 @@ class Supervisor:
         if self.restart > 0 and not self.is_done():
             self.after_slurm_requeue()
         # Runs before this one: starts in the log, or Slurm's own count if that is higher.
-        count = max(self.events.count("start"), self.restart)
+        count = max(self.chain.count("start"), self.restart)
         self.env["HPCJOBS_RESTART_COUNT"] = str(count)
         if self.is_done():
             self.event("end", "finish", "done marker present")
@@ -296,11 +318,15 @@ class Supervisor:
         self.faults_begin()
         self.start_agents()  # from here on every run ends in finish(), which stops them
         self.standby_submit()  # before 'start': from 'start' on, the program runs at once
+        nodelist = self.env.get("SLURM_JOB_NODELIST") or "?"
+        batch = self.env.get("SLURMD_NODENAME") or "?"
         self.event(
             "start",
             "-",
-            f"checkpoint={step} nodes={self.env.get('SLURM_JOB_NODELIST') or '?'} "
-            f"batch={self.env.get('SLURMD_NODENAME') or '?'}",
+            f"checkpoint={step} nodes={nodelist} batch={batch}",
+            checkpoint=step,
+            nodelist=nodelist,
+            batch=batch,
         )
         # The marker 'hpcjobs logs --restart N' splits the log on.
         sys.stdout.write(f"hpcjobs: run {count} of job {self.root}\n")
@@ -397,10 +423,10 @@ class Supervisor:
     def after_slurm_requeue(self) -> None:
         """This run is Slurm's requeue of the job (SLURM_RESTART_COUNT > 0): log it unless the
         run before did, and enforce the budgets."""
-        last = self.events.last_ending()
-        event, cause, detail = (last.event, last.cause, last.detail) if last else ("", "", "")
-        if event == "requeue" and detail.startswith("continued as job "):
-            following = detail[len("continued as job ") :].split(" ", 1)[0]
+        last = self.chain.last_ending()
+        event, cause, how = (last.event, last.cause, last.text("how")) if last else ("", "", "")
+        if event == "requeue" and how == CONTINUED:
+            following = last.text("next") if last else ""
             if following != self.self_id:
                 # Continued in another job, yet Slurm requeued this one too (the Requeue=0
                 # update failed or came too late): never run the chain twice.
@@ -411,7 +437,7 @@ class Supervisor:
                 self.chain_ends()
                 raise Stop(0)
             event = ""  # the continuation's first run was lost before it began
-        if event != "requeue" or not detail.startswith("requeued by Slurm"):
+        if event != "requeue" or how not in (SLURM, SLURM_FALLBACK):
             # The run before ended without a word: ask accounting how, and date it.
             runs = self.slurm.acct_runs(self.job)
             state, end = runs[self.restart - 1] if len(runs) >= self.restart else ("", "")
@@ -419,16 +445,20 @@ class Supervisor:
             self.event(
                 "requeue",
                 cause,
-                f"requeued by Slurm (restart {self.restart}) {self.position()}",
+                f"requeued by Slurm (restart {self.restart})",
                 _epoch(end),
+                how=SLURM,
+                stopped_run=self.restart - 1,
+                slurm_state=state or None,
+                **self.position(),
             )
         self.enforce_budget(cause)
 
     def enforce_budget(self, cause: str) -> None:
         """After logging a requeue for ``cause`` at the start of a run: end the chain when that
         requeue was over its budget."""
-        used, allowed = self.events.count("requeue", cause) - 1, self.budget(cause)
-        total = self.events.count("requeue") - 1
+        used, allowed = self.chain.count("requeue", cause) - 1, self.budget(cause)
+        total = self.chain.count("requeue") - 1
         verdict = decide.budget_verdict(cause, used, allowed, total, self.policy.max_total)
         if verdict.goes_on:
             return
@@ -443,7 +473,7 @@ class Supervisor:
     def faults_begin(self) -> None:
         """Empty the rank output copies, note where this run's stderr begins, and remove the
         node summaries of the run before (the stall watch must not judge them)."""
-        self.capture_dir = os.path.join(self.run_dir, f"capture-{self.root}")
+        self.capture_dir = os.path.join(self.run_dir, names.capture_dir(self.root))
         shutil.rmtree(self.capture_dir, ignore_errors=True)
         try:
             _private_mkdir(self.capture_dir)
@@ -478,7 +508,7 @@ class Supervisor:
         every = self.env.get("HPCJOBS_GPU_MONITOR_INTERVAL", "0")
         query = self.env.get("HPCJOBS_GPU_QUERY", "")
         if every.isdecimal() and int(every) > 0 and query:
-            folder = os.path.join(self.run_dir, f"gpu-{self.root}")
+            folder = os.path.join(self.run_dir, names.gpu_dir(self.root))
             try:
                 _private_mkdir(folder)
                 argv += ["--gpu-every", every, "--gpu-query", query, "--gpu-dir", folder]
@@ -536,7 +566,7 @@ class Supervisor:
         comment = (self.slurm.queue_value(self.job, "%k") or [""])[0].strip()
         root = self.root or self.self_id
         return successor_args(
-            self.policy.sbatch_args, root, self.events.excluded(), self.task, comment
+            self.policy.sbatch_args, root, self.chain.excluded(), self.task, comment
         )
 
     def submit_next(self, dependency: str, standby_for: str, extra: Sequence[str] = ()) -> str:
@@ -562,10 +592,10 @@ class Supervisor:
         nor for a job submitted --no-requeue."""
         if not self.policy.standby or self.task:
             return
-        if self.events.count("requeue", NODE_FAILURE) >= self.budget(NODE_FAILURE):
+        if self.chain.count("requeue", NODE_FAILURE) >= self.budget(NODE_FAILURE):
             return
         # A run of this job that Slurm requeued anyway left a standby: it must never start.
-        old = self.events.standby_of(self.self_id)
+        old = self.chain.standby_for(self.self_id)
         if old:
             self.slurm.cancel(old)
         if self.being_cancelled():
@@ -580,7 +610,13 @@ class Supervisor:
                 "requeue"
             )
             return
-        self.event("standby", "-", f"standby job {new} for job {self.self_id}")
+        self.event(
+            "standby",
+            "-",
+            f"standby job {new} for job {self.self_id}",
+            standby=new,
+            standby_for=self.self_id,
+        )
         # A cancel that came while sbatch ran: the standby goes at once (afternotok counts a
         # cancelled job as failed). The standby checks this too when it starts.
         if self.being_cancelled():
@@ -621,16 +657,16 @@ class Supervisor:
         it may still show COMPLETING; accounting has the final state then. Asks both, twice a
         second, for at most HPCJOBS_FINAL_STATE_WAIT s (60); "" if neither says."""
         wait = self.env.get("HPCJOBS_FINAL_STATE_WAIT", "60")
-        deadline = time.monotonic() + (int(wait) if wait.isdecimal() else 60)
+        deadline = self.clock() + (int(wait) if wait.isdecimal() else 60)
         while True:
             if decide.has_ended(state):
                 return state.split(" ", 1)[0]
             state = self.slurm.acct_state(job)
             if decide.has_ended(state):
                 return state
-            if time.monotonic() >= deadline:
+            if self.clock() >= deadline:
                 return ""
-            time.sleep(0.5)
+            self.sleep(0.5)
             state = field(self.slurm.show_job(job), "JobState")
 
     def standby_cancel(self) -> None:
@@ -666,7 +702,7 @@ class Supervisor:
             return ""
         # Two updates: Slurm refuses the whole of one that holds a refused field. If the
         # exclusion comes too late, the standby hands over when it starts.
-        excluded = self.events.excluded()
+        excluded = self.chain.excluded()
         if excluded:
             self.slurm.update(self.standby, "ExcNodeList=" + ",".join(excluded))
         if not self.slurm.update(self.standby, "Dependency=afterany:" + self.job):
@@ -684,12 +720,12 @@ class Supervisor:
         if not self.claim_takeover(self.self_id):
             # The run it stood by for is logging how it ended right now: wait for that.
             for _ in range(60):
-                if self.events.continued_as(self.self_id):
+                if self.chain.continued_as(self.self_id):
                     break
-                time.sleep(0.25)
-        if self.events.continued_as(self.self_id):
+                self.sleep(0.25)
+        if self.chain.continued_as(self.self_id):
             return
-        if self.events.ended_after_standby(self.self_id):
+        if self.chain.ended_after_standby(self.self_id):
             self.log(f"the chain ended with job {pred}; its standby does not run")
             raise Stop(0)
         info = self.slurm.show_job(pred)
@@ -708,23 +744,30 @@ class Supervisor:
         failed: list[str] = []
         if cause in (NODE_FAILURE, INFRASTRUCTURE):
             failed = self.failed_nodes(pred, nodes, batch)
+            evidence = "job {} ended {} without a word (batch host {})".format(
+                pred, state or "?", batch or "?"
+            )
             self.event(
                 "fault",
                 cause,
-                "node={} job={} evidence=job {} ended {} without a word (batch host {})".format(
-                    ",".join(failed) or "-", pred, pred, state or "?", batch or "?"
-                ),
+                "node={} job={} evidence={}".format(",".join(failed) or "-", pred, evidence),
                 when,
+                node=",".join(failed) or None,
+                stopped_job=pred,
+                evidence=evidence,
             )
             if failed:
                 self.exclude(cause, failed)
         self.event(
             "requeue",
             cause,
-            "standby job {} took over from job {} ({}) {}".format(
-                self.self_id, pred, state or "?", self.position()
-            ),
+            "standby job {} took over from job {} ({})".format(self.self_id, pred, state or "?"),
             when,
+            how=TOOK_OVER,
+            next=self.self_id,
+            stopped_job=pred,
+            slurm_state=state or None,
+            **self.position(),
         )
         self.log(
             "{}: job {} ended {}{}; standby job {} takes over".format(
@@ -739,7 +782,7 @@ class Supervisor:
 
     def handoff_if_excluded(self) -> None:
         """This job landed on a node the chain excludes: hand over to a new job without it."""
-        excluded = self.events.excluded()
+        excluded = self.chain.excluded()
         if not excluded:
             return
         mine = self.slurm.hostnames(self.env.get("SLURM_JOB_NODELIST", ""))
@@ -759,6 +802,8 @@ class Supervisor:
             "handoff",
             "-",
             "continued as job {}: this job's nodes include excluded {}".format(new, ",".join(bad)),
+            next=new,
+            nodes=bad,
         )
         self.log(
             "this job got excluded node(s) {}; continuing as job {}".format(",".join(bad), new)
@@ -812,11 +857,11 @@ class Supervisor:
         if total is not None:
             room = total - int(self.env.get("SLURM_JOB_NUM_NODES", "1") or 1)
         limit = decide.exclusion_limit(self.policy.max_excluded, room)
-        kept, released = decide.excluded_after(self.events.excluded(), list(nodes), limit)
+        kept, released = decide.excluded_after(self.chain.excluded(), list(nodes), limit)
         detail = "nodes=" + (",".join(kept) or "-")
         if released:
             detail += f" released={','.join(released)} (at most {limit} excluded)"
-        self.event("exclude", cause, detail)
+        self.event("exclude", cause, detail, nodes=kept, released=released, limit=limit)
         message = f"excluding {','.join(kept) or 'no node'} from later runs"
         if released:
             message += f"; no longer excluding {' '.join(released)}"
@@ -833,10 +878,17 @@ class Supervisor:
         lines = (result.out + result.err).strip().splitlines()
         last = lines[-1][:200] if lines else ""
         if result.rc == 0:
-            self.event("health", "pass", f"node={node} {last}")
+            self.event("health", "pass", f"node={node} {last}", node=node, exit=0, output=last)
             self.log(f"health check passed on {node}; it is not excluded")
             return True
-        self.event("health", "fail", f"node={node} exit={result.rc} {last}")
+        self.event(
+            "health",
+            "fail",
+            f"node={node} exit={result.rc} {last}",
+            node=node,
+            exit=result.rc,
+            output=last,
+        )
         self.log(f"health check failed on {node} (exit code {result.rc})")
         return False
 
@@ -875,7 +927,14 @@ class Supervisor:
         return first.replace("\r", "")[:300]
 
     def fault_log(self, cause: str, suspect: str, evidence: str) -> None:
-        self.event("fault", cause, "node={} evidence={}".format(suspect or "-", evidence))
+        self.event(
+            "fault",
+            cause,
+            "node={} evidence={}".format(suspect or "-", evidence),
+            node=suspect or None,
+            stopped_job=self.self_id,
+            evidence=evidence,
+        )
         self.log("{}{}: {}".format(cause, f" on node {suspect}" if suspect else "", evidence))
 
     def fault_exclude(self, cause: str, suspect: str) -> None:
@@ -988,7 +1047,10 @@ class Supervisor:
             self.event(
                 "requeue",
                 cause,
-                f"requeued by Slurm (restart {self.restart + 1}) {self.position()}",
+                f"requeued by Slurm (restart {self.restart + 1})",
+                how=SLURM,
+                stopped_run=self.restart,
+                **self.position(),
             )
             self.log(
                 f"{cause}: Slurm requeued this job itself; its next run resumes from the last "
@@ -1004,9 +1066,9 @@ class Supervisor:
             self.event("end", "fail", "cancelled")
             self.chain_over()
             return decide.exit_code(cause, rc, False)
-        used, allowed = self.events.count("requeue", cause), self.budget(cause)
+        used, allowed = self.chain.count("requeue", cause), self.budget(cause)
         verdict = decide.budget_verdict(
-            cause, used, allowed, self.events.count("requeue"), self.policy.max_total, rc
+            cause, used, allowed, self.chain.count("requeue"), self.policy.max_total, rc
         )
         if not verdict.goes_on:
             self.event("end", "fail", verdict.reason)
@@ -1018,7 +1080,7 @@ class Supervisor:
             if verdict.total_spent:
                 self.log(
                     f"{cause}, but the total requeue budget is exhausted "
-                    f"({self.events.count('requeue')}/{self.policy.max_total})"
+                    f"({self.chain.count('requeue')}/{self.policy.max_total})"
                 )
             else:
                 self.log(f"{cause} (exit code {rc}); not requeued ({used}/{allowed} requeues used)")
@@ -1051,13 +1113,26 @@ class Supervisor:
                     f"could not submit the continuation ({exc}); falling back to Slurm's requeue"
                 )
                 self.standby_cancel()
-                self.event("requeue", cause, f"requeued by Slurm (fallback) {self.position()}")
+                self.event(
+                    "requeue",
+                    cause,
+                    "requeued by Slurm (fallback)",
+                    how=SLURM_FALLBACK,
+                    **self.position(),
+                )
                 if not self.slurm.requeue(self.job):
                     self.log("scontrol requeue failed too")
                 return
             self.standby_cancel()
         self.no_slurm_requeue()
-        self.event("requeue", cause, f"continued as job {new}{how} {self.position()}")
+        self.event(
+            "requeue",
+            cause,
+            f"continued as job {new}{how}",
+            how=CONTINUED,
+            next=new,
+            **self.position(),
+        )
         self.log(f"{cause}: continuing as job {new}{how} (starts when resources are free)")
 
     def no_slurm_requeue(self) -> None:

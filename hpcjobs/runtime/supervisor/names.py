@@ -1,0 +1,38 @@
+"""The names of what a chain keeps in its output folder, defined once (docs/requeue.md,
+"Files"). The supervisor writes them; ``history``, ``report``, ``status``, the planner and the
+executor find them here."""
+
+from __future__ import annotations
+
+#: The folder, in the output folder, that holds the supervisor's zipapp.
+SUPPORT_DIR = ".hpcjobs"
+
+
+def chain_log(root: str) -> str:
+    """The chain's event log (:mod:`.eventlog`)."""
+    return f"chain-{root}.jsonl"
+
+
+def legacy_chain_log(root: str) -> str:
+    """The event log of a chain started by hpcjobs 0.1 (tab-separated; still read)."""
+    return f"chain-{root}.tsv"
+
+
+def progress_dir(root: str) -> str:
+    """The node agents' progress summaries and histories."""
+    return f"progress-{root}"
+
+
+def gpu_dir(root: str) -> str:
+    """The node agents' GPU samples."""
+    return f"gpu-{root}"
+
+
+def done_marker(root: str) -> str:
+    """Written once the chain's program finished: no later run starts it again."""
+    return f"DONE-{root}"
+
+
+def capture_dir(root: str) -> str:
+    """The ranks' captured output, read for fault signatures."""
+    return f"capture-{root}"

@@ -1,0 +1,254 @@
+"""The standby, the takeover and the hand-off, with a fake Slurm and a fake clock: every wait of
+the supervisor for Slurm is exercised in full without a second passing (the live tests in
+tests/live/test_faults.py and test_cancel.py run the same paths on a real Slurm)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from hpcjobs.jobs.chain import Chain
+from hpcjobs.runtime.supervisor.eventlog import Event
+from hpcjobs.runtime.supervisor.policy import Policy
+from hpcjobs.runtime.supervisor.slurm import Result
+from hpcjobs.runtime.supervisor.supervise import Stop, Supervisor
+from tests.eventlines import events_in, line
+
+
+class FakeClock:
+    """A clock that only moves when the supervisor sleeps; ``on_sleep`` may change the world."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept = 0.0
+        self.on_sleep: Callable[[float], None] = lambda now: None
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds
+        self.on_sleep(self.now)
+
+
+class FakeSlurm:
+    """What the supervisor asks Slurm in these paths, answered from plain attributes."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[str, str]] = {}  #: job -> scontrol show job fields
+        self.accounting: dict[str, str] = {}  #: job -> final state in sacct
+        self.nodes: dict[str, str] = {}  #: node -> sinfo state
+        self.calls: list[str] = []
+        self.next_id = 77
+
+    def show_job(self, job: str) -> str:
+        fields = self.jobs.get(job)
+        return " ".join(f"{k}={v}" for k, v in fields.items()) if fields else ""
+
+    def acct_state(self, job: str) -> str:
+        return self.accounting.get(job, "")
+
+    def acct_last(self, job: str) -> tuple[str, str, str]:
+        return self.accounting.get(job, ""), "", ""
+
+    def hostnames(self, hostlist: str) -> list[str]:
+        if hostlist in ("", "(null)"):
+            return []
+        if "[" not in hostlist:
+            return hostlist.split(",")
+        prefix, span = hostlist.rstrip("]").split("[")
+        low, high = span.split("-")
+        return [f"{prefix}{i}" for i in range(int(low), int(high) + 1)]
+
+    def node_states(self, nodes: str) -> list[tuple[str, str]]:
+        return [(n, self.nodes.get(n, "idle")) for n in self.hostnames(nodes)]
+
+    def partition_nodes(self, partition: str) -> int | None:
+        return 8
+
+    def queue_value(self, job: str, fmt: str, steps: bool = False) -> list[str]:
+        return ["hpcjobs:token"] if fmt == "%k" else [self.jobs.get(job, {}).get("JobState", "")]
+
+    def cancel(self, job: str, signal_name: str = "") -> bool:
+        self.calls.append(f"cancel {job}")
+        return True
+
+    def update(self, job: str, setting: str) -> bool:
+        self.calls.append(f"update {job} {setting}")
+        return True
+
+    def submit(self, argv: Sequence[str], cwd: str, env: dict[str, str]) -> Result:
+        self.calls.append("sbatch " + " ".join(argv[:1]))
+        self.next_id += 1
+        return Result(0, f"{self.next_id}\n", "")
+
+
+def _supervisor(
+    tmp_path: Path, slurm: FakeSlurm, clock: FakeClock, job: str = "301", **env: str
+) -> Supervisor:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    environ = {
+        "SLURM_JOB_ID": job,
+        "HPCJOBS_RUN_DIR": str(run_dir),
+        "HPCJOBS_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "HPCJOBS_CHAIN_ROOT": "300",
+        "SLURM_JOB_PARTITION": "batch",
+        "SLURM_JOB_NUM_NODES": "2",
+        **env,
+    }
+    sup = Supervisor(
+        Policy(budgets={"node_failure": 3, "infrastructure": 3, "stall": 3}, max_total=9),
+        "/o/job.sh",
+        ["true"],
+        slurm=slurm,  # type: ignore[arg-type]
+        env=environ,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    sup.root = "300"
+    return sup
+
+
+def _standby_of_300(tmp_path: Path, slurm: FakeSlurm, clock: FakeClock) -> Supervisor:
+    """Job 301, the standby job 300's run submitted, released by Slurm."""
+    (tmp_path / "run").mkdir(exist_ok=True)
+    (tmp_path / "run" / "chain-300.jsonl").write_text(
+        line("300", "start", checkpoint=-1, nodelist="n[1-2]", batch="n1")
+        + line("300", "standby", standby="301", standby_for="300")
+    )
+    return _supervisor(tmp_path, slurm, clock, HPCJOBS_STANDBY_FOR="300")
+
+
+def _log(tmp_path: Path) -> list[Event]:
+    return events_in(tmp_path / "run" / "chain-300.jsonl")
+
+
+def test_the_standby_waits_for_the_final_state_then_takes_over(tmp_path: Path) -> None:
+    """Slurm released the standby while its run still shows COMPLETING; 3 s later the run is
+    NODE_FAIL: the standby logs the fault on the dead batch host, excludes it, takes over."""
+    slurm, clock = FakeSlurm(), FakeClock()
+    slurm.jobs["300"] = {
+        "JobState": "COMPLETING",
+        "EndTime": "2026-01-01T00:00:00",
+        "NodeList": "n[1-2]",
+        "BatchHost": "n1",
+    }
+    slurm.nodes["n1"] = "down*"
+
+    def later(now: float) -> None:
+        if now >= 1003.0:
+            slurm.jobs["300"]["JobState"] = "NODE_FAIL"
+
+    clock.on_sleep = later
+    sup = _standby_of_300(tmp_path, slurm, clock)
+    sup.after_standby_release()
+    assert clock.slept == pytest.approx(3.0)
+    fault, exclude, requeue = _log(tmp_path)[2:]
+    assert (fault.event, fault.cause, fault.text("node"), fault.stopped_job) == (
+        "fault",
+        "node_failure",
+        "n1",
+        "300",
+    )
+    assert exclude.names("nodes") == ["n1"]
+    assert (requeue.text("how"), requeue.text("next"), requeue.stopped_job) == (
+        "took_over",
+        "301",
+        "300",
+    )
+    assert requeue.text("slurm_state") == "NODE_FAIL"
+    chain = Chain(_log(tmp_path))
+    assert chain.job_ids == ["300", "301"] and chain.excluded() == ["n1"]
+
+
+def test_without_a_final_state_the_standby_takes_over_after_the_whole_wait(tmp_path: Path) -> None:
+    slurm, clock = FakeSlurm(), FakeClock()
+    slurm.jobs["300"] = {"JobState": "COMPLETING", "NodeList": "n[1-2]", "BatchHost": "n1"}
+    sup = _standby_of_300(tmp_path, slurm, clock)
+    sup.after_standby_release()
+    assert clock.slept == pytest.approx(60.0)  # HPCJOBS_FINAL_STATE_WAIT's default
+    requeue = _log(tmp_path)[-1]
+    assert (requeue.cause, requeue.detail) == (
+        "infrastructure",
+        "standby job 301 took over from job 300 (?)",
+    )
+
+
+@pytest.mark.parametrize("state", ["CANCELLED", "COMPLETING"])
+def test_the_standby_of_a_cancelled_run_ends_the_chain(tmp_path: Path, state: str) -> None:
+    """Cancelled, or COMPLETING in the controller and CANCELLED in accounting: never run."""
+    slurm, clock = FakeSlurm(), FakeClock()
+    slurm.jobs["300"] = {"JobState": state, "NodeList": "n[1-2]", "BatchHost": "n1"}
+    slurm.accounting["300"] = "CANCELLED"
+    sup = _standby_of_300(tmp_path, slurm, clock)
+    with pytest.raises(Stop) as stop:
+        sup.after_standby_release()
+    assert stop.value.code == 0
+    final = Chain(_log(tmp_path)).final
+    assert final is not None
+    assert (final.cause, final.detail) == ("fail", "cancelled: job 300 was cancelled")
+
+
+def test_the_standby_waits_while_its_run_logs_how_it_ended(tmp_path: Path) -> None:
+    """The run lived on and claimed the takeover: the standby waits (fake seconds) until the
+    run has logged that the chain continues as the standby, and logs nothing itself."""
+    slurm, clock = FakeSlurm(), FakeClock()
+    sup = _standby_of_300(tmp_path, slurm, clock)
+    (tmp_path / "run" / ".takeover-301").mkdir()
+
+    def run_logs(now: float) -> None:
+        if now >= 1002.0 and not Chain(_log(tmp_path)).continued_as("301"):
+            with (tmp_path / "run" / "chain-300.jsonl").open("a") as handle:
+                handle.write(line("300", "requeue", "timeout", how="continued", next="301"))
+
+    clock.on_sleep = run_logs
+    sup.after_standby_release()
+    assert clock.slept == pytest.approx(2.0)
+    assert [e.event for e in _log(tmp_path)] == ["start", "standby", "requeue"]
+    assert slurm.calls == []
+
+
+def test_a_run_that_ended_retargets_its_standby(tmp_path: Path) -> None:
+    """A run that lives to decide makes its standby the continuation: without the excluded
+    nodes, afterany this job, and Slurm does not requeue the job as well."""
+    slurm, clock = FakeSlurm(), FakeClock()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "chain-300.jsonl").write_text(
+        line("300", "exclude", "stall", nodes=["n2"], released=[], limit=4)
+    )
+    sup = _supervisor(tmp_path, slurm, clock, job="300")
+    sup.standby = "301"
+    sup.continue_chain("stall")
+    assert slurm.calls == [
+        "update 301 ExcNodeList=n2",
+        "update 301 Dependency=afterany:300",
+        "update 300 Requeue=0",
+    ]
+    requeue = _log(tmp_path)[-1]
+    assert (requeue.text("how"), requeue.text("next"), requeue.detail) == (
+        "continued",
+        "301",
+        "continued as job 301 (the standby)",
+    )
+
+
+def test_a_run_on_an_excluded_node_hands_over_at_once(tmp_path: Path) -> None:
+    slurm, clock = FakeSlurm(), FakeClock()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "chain-300.jsonl").write_text(
+        line("300", "exclude", "stall", nodes=["n2"], released=[], limit=4)
+    )
+    sup = _supervisor(tmp_path, slurm, clock, SLURM_JOB_NODELIST="n[2-3]")
+    with pytest.raises(Stop):
+        sup.handoff_if_excluded()
+    handoff = _log(tmp_path)[-1]
+    assert (handoff.event, handoff.text("next"), handoff.names("nodes")) == (
+        "handoff",
+        "78",
+        ["n2"],
+    )
+    assert Chain(_log(tmp_path)).job_ids == ["300", "301", "78"]
