@@ -121,7 +121,10 @@ def test_the_history_is_thinned_past_its_limit(
     assert (shared / "node-n7.log").stat().st_size <= 2000 + 100
 
 
-def test_the_agent_ends_on_sighup_and_removes_its_folder(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ending", [signal.SIGHUP, signal.SIGTERM])
+def test_the_agent_ends_on_sighup_or_sigterm_and_removes_its_folder(
+    tmp_path: Path, ending: signal.Signals
+) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     base = tmp_path / "tmp"
@@ -140,13 +143,13 @@ def test_the_agent_ends_on_sighup_and_removes_its_folder(tmp_path: Path) -> None
             time.sleep(0.05)
         (base / "n3" / "rank-4").write_text("11\n")
         time.sleep(0.6)
-        # A cancel's SIGTERM reaches every process of the job: the agent keeps going while
-        # the ranks checkpoint; the supervisor's SIGHUP ends it.
-        proc.send_signal(signal.SIGTERM)
+        # The warning signal reaches every process of the job: the agent keeps going while
+        # the ranks checkpoint. The supervisor's SIGHUP, or Slurm's SIGTERM, ends it at once.
+        proc.send_signal(signal.SIGUSR2)
         time.sleep(0.5)
         assert proc.poll() is None
     finally:
-        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(ending)
         assert proc.wait(timeout=20) == 0
     assert not base.exists()
     assert read_summary((shared / "node-n3").read_text(), time.time()).ranks[4][0] == 11

@@ -498,6 +498,7 @@ def test_a_run_being_cancelled_keeps_no_standby(tmp_path: Path, when: str) -> No
     if when == "signal before sbatch":
         sup.signal_seen = "term"
     assert _begin(sup) is None
+    sup.standby_submit()  # right after the program starts
     assert sup.standby == ""
     calls = _calls(tmp_path)
     if when == "cancelled during sbatch":

@@ -458,7 +458,7 @@ def test_begin_sets_aside_a_log_left_by_an_earlier_job_with_the_same_id(tmp_path
     (run_dir / "chain-300.jsonl").write_text(line("300", "end", "finish", "completed"))
     (run_dir / "DONE-300").write_text("")
     assert _begin(_supervisor(env)) is None
-    assert [kind for kind, _ in kinds(run_dir / "chain-300.jsonl")] == ["standby", "start"]
+    assert [kind for kind, _ in kinds(run_dir / "chain-300.jsonl")] == ["start"]
     assert list(run_dir.glob("chain-300.jsonl.stale-*"))
     assert not (run_dir / "DONE-300").exists()
 

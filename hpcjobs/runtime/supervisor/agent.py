@@ -87,13 +87,14 @@ class Agent:
         self.sampler: threading.Thread | None = None
 
     def run(self) -> int:
-        """Cycle until SIGHUP or SIGINT (what the supervisor sends when the step has ended).
-        The warning signal and SIGTERM reach every process of the job (a preemption, a cancel,
-        the time limit): the agent keeps going while the ranks checkpoint, and is killed with
-        the job if the supervisor cannot stop it."""
-        for sig in (signal.SIGHUP, signal.SIGINT):
+        """Cycle until SIGHUP or SIGINT (what the supervisor sends when the step has ended) or
+        SIGTERM (Slurm ending the job: a cancel, the time limit, a preemption's kill, a node
+        failure), then write once more and go at once: a process that outlives SIGTERM holds
+        the job in COMPLETING for KillWait, and the job that continues the chain waits for it.
+        The warning signals (SIGUSR1, SIGUSR2) are ignored: the ranks checkpoint meanwhile."""
+        for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._stop)
-        for name in ("SIGTERM", "SIGUSR1", "SIGUSR2"):
+        for name in ("SIGUSR1", "SIGUSR2"):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
         old = os.umask(0o077)
         try:

@@ -209,6 +209,9 @@ class Supervisor:
             except Stop as stop:
                 return stop.code
             self.launch()
+            # While the program starts up: it never waits for sbatch. A batch host lost before
+            # the standby is there falls back to Slurm's requeue (Requeue=0 comes with it).
+            self.standby_submit()
             rc = self.wait()
             return self.finish(rc)
         except Exception as exc:
@@ -249,6 +252,7 @@ class Supervisor:
 
     def launch(self) -> None:
         self.child = subprocess.Popen(self.launch_argv, env=self.env)
+        self.waiting = True  # a signal from here on is the program's, and is logged
         if self.policy.stall_timeout > 0:
             self.watch = StallWatch(
                 self.progress_dir,
@@ -317,7 +321,6 @@ class Supervisor:
         step = self.latest_step()
         self.faults_begin()
         self.start_agents()  # from here on every run ends in finish(), which stops them
-        self.standby_submit()  # before 'start': from 'start' on, the program runs at once
         nodelist = self.env.get("SLURM_JOB_NODELIST") or "?"
         batch = self.env.get("SLURMD_NODENAME") or "?"
         self.event(
@@ -543,7 +546,7 @@ class Supervisor:
         agents = self.agents
         if agents is not None and agents.poll() is None:
             if self.agents_step:
-                # SIGHUP to the agents themselves (they ignore the SIGTERM of a cancel).
+                # SIGHUP to the agents themselves, through Slurm.
                 for line in self.slurm.queue_value(self.job, "%i %j", steps=True):
                     words = line.split()
                     if len(words) == 2 and words[1] == AGENT_STEP:
