@@ -353,7 +353,7 @@ def test_slow_job_that_progresses_never_stalls(cluster: Cluster) -> None:
     )  # fmt: skip
     chain = job.ended(timeout=120)
 
-    assert [e.event for e in chain.events] == ["standby", "start", "end"]
+    assert [e.event for e in chain.events] == ["start", "standby", "end"]
     finished(job, chain)
     assert "stall" not in job.log
 

@@ -169,7 +169,7 @@ def test_application_error_is_not_requeued(cluster: Cluster) -> None:
     )  # fmt: skip
     chain = job.ended(timeout=60)
 
-    assert job.events() == [("standby", "-"), ("start", "-"), ("end", "fail")]
+    assert job.events() == [("start", "-"), ("standby", "-"), ("end", "fail")]
     assert chain.final is not None
     assert chain.final.detail == "application failed with exit code 3 (not requeued)"
     assert "failing on purpose after step 12 (exit 3)" in job.log

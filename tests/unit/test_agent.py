@@ -158,7 +158,7 @@ def test_the_agent_ends_on_sighup_or_sigterm_and_removes_its_folder(
 def test_local_dir_and_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HPCJOBS_NODE_TMP", "/tmp/hpcjobs-5")
     assert local_dir("n2") == "/tmp/hpcjobs-5/n2"
-    assert [interval(t) for t in (0, 2, 8, 20, 1800)] == [5.0, 1.0, 2.0, 5.0, 5.0]
+    assert [interval(t) for t in (0, 2, 10, 20, 60, 1800)] == [5.0, 1.0, 1.0, 2.0, 5.0, 5.0]
 
 
 def test_summary_age_adds_to_the_idle_time() -> None:
@@ -213,3 +213,33 @@ def test_ranks_tied_at_the_same_step_blame_no_node(tmp_path: Path) -> None:
     finally:
         watch.close()
         child.kill()
+
+
+def test_the_supervisor_stops_an_agent_that_was_not_ready_for_its_signal(tmp_path: Path) -> None:
+    """A job that inherited SIGHUP ignored (nohup) loses a SIGHUP sent before the agent set its
+    handler: the supervisor sends it again until the agent is gone, and never waits it out."""
+    from hpcjobs.runtime.supervisor.policy import Policy
+    from hpcjobs.runtime.supervisor.supervise import AGENTS_STOP_S, Supervisor
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    env = {
+        **os.environ,
+        "HPCJOBS_NODE_TMP": str(tmp_path / "tmp"),
+        "SLURMD_NODENAME": "n3",
+        "SLURM_JOB_ID": "8",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    argv = [sys.executable, "-m", "hpcjobs.runtime.supervisor", "agent", "--shared", str(shared)]
+    proc = subprocess.Popen(
+        [*argv, "--every", "5"],
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
+    sup = Supervisor(Policy(), "/o/job.sh", ["true"], env={"SLURM_JOB_ID": "8"})
+    sup.agents, sup.agents_step = proc, False
+    started = time.monotonic()
+    sup.stop_agents()  # at once: the agent has not set its handler yet
+    assert proc.poll() == 0  # it ended through its handler, not killed
+    assert time.monotonic() - started < AGENTS_STOP_S
+    assert (shared / "node-n3").exists()

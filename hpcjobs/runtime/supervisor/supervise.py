@@ -544,19 +544,23 @@ class Supervisor:
     def stop_agents(self) -> None:
         """End the agents: they write once more and remove their node-local folders."""
         agents = self.agents
-        if agents is not None and agents.poll() is None:
+        deadline = time.monotonic() + AGENTS_STOP_S
+        # SIGHUP, again each second: one sent before an agent set its handler is lost where
+        # the job inherited SIGHUP ignored (nohup), or kills it before it wrote (no harm).
+        while agents is not None and agents.poll() is None:
+            if time.monotonic() >= deadline:
+                agents.kill()
+                break
             if self.agents_step:
-                # SIGHUP to the agents themselves, through Slurm.
+                # To the agents themselves, through Slurm.
                 for line in self.slurm.queue_value(self.job, "%i %j", steps=True):
                     words = line.split()
                     if len(words) == 2 and words[1] == AGENT_STEP:
                         self.slurm.cancel(words[0], "HUP")
             else:
                 agents.send_signal(signal.SIGHUP)
-            try:
-                agents.wait(timeout=AGENTS_STOP_S)
-            except subprocess.TimeoutExpired:
-                agents.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                agents.wait(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
         # An agent killed before it cleaned up leaves this node's folder: it goes too.
         shutil.rmtree(self.env.get("HPCJOBS_PROGRESS_DIR", ""), ignore_errors=True)
         with contextlib.suppress(OSError):
