@@ -158,7 +158,7 @@ def test_the_agent_ends_on_sighup_or_sigterm_and_removes_its_folder(
 def test_local_dir_and_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HPCJOBS_NODE_TMP", "/tmp/hpcjobs-5")
     assert local_dir("n2") == "/tmp/hpcjobs-5/n2"
-    assert [interval(t) for t in (0, 2, 10, 20, 60, 1800)] == [5.0, 1.0, 1.0, 2.0, 5.0, 5.0]
+    assert [interval(t) for t in (0, 2, 8, 20, 1800)] == [5.0, 1.0, 2.0, 5.0, 5.0]
 
 
 def test_summary_age_adds_to_the_idle_time() -> None:

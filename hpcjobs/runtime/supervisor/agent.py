@@ -315,6 +315,5 @@ def local_dir(node: str = "", base: str = "") -> str:
 
 
 def interval(stall_timeout: int) -> float:
-    """Seconds between an agent's cycles: a tenth of the stall timeout, 1 to 5 s (a stall is
-    seen within a cycle of the timeout; the default timeout, 1800 s, gives 5 s)."""
-    return 5.0 if stall_timeout <= 0 else max(1.0, min(5.0, stall_timeout / 10))
+    """Seconds between an agent's cycles: a quarter of the stall timeout, 1 to 5 s."""
+    return 5.0 if stall_timeout <= 0 else max(1.0, min(5.0, stall_timeout / 4))
