@@ -546,6 +546,14 @@ def test_only_a_cancel_counts_as_one(
     assert sup.being_cancelled() is cancelled
 
 
+def test_a_term_from_a_requeue_by_slurm_is_no_cancel(tmp_path: Path) -> None:
+    """``scontrol requeue`` (the program's own, or an admin's) sends SIGTERM too; it may come
+    while the standby is being submitted, right after the program starts."""
+    sup = _supervisor(_job_env(tmp_path, STUB_RESTARTS="1"))
+    sup.signal_seen = "term"
+    assert not sup.being_cancelled()
+
+
 def test_a_term_during_a_preemption_is_no_cancel(tmp_path: Path) -> None:
     """Without send_user_signal a preemption sends SIGTERM: the run keeps its standby."""
     sup = _supervisor(_job_env(tmp_path, STUB_PREEMPT_TIME="2026-01-01T00:00:00"))

@@ -650,11 +650,15 @@ class Supervisor:
 
     def being_cancelled(self) -> bool:
         """Whether this job is being cancelled: Slurm says so, or a plain SIGTERM reached the
-        supervisor while Slurm shows neither a preemption nor a node failure."""
+        supervisor while Slurm shows neither a preemption, nor a node failure, nor its own
+        requeue of the job (``scontrol requeue`` sends SIGTERM too)."""
         info = self.slurm.show_job(self.job)
         if self.was_cancelled(self.job, info):
             return True
         if re.search(r"PreemptTime=[0-9]|Reason=NodeDown|JobState=NODE_FAIL", info):
+            return False
+        restarts = field(info, "Restarts")
+        if restarts.isdecimal() and int(restarts) > self.restart:
             return False
         return self.signal_seen == "term"
 
