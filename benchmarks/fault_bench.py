@@ -26,10 +26,12 @@ import argparse
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 from requeue_bench import (
@@ -130,10 +132,50 @@ def node_back(slurm: Slurm, node: str) -> None:
     time.sleep(2)
 
 
-def bench_node(slurm: Slurm, folder: Path, batch_host: bool) -> dict[str, object]:
-    name = "batch-host" if batch_host else "node"
+def ctld_log(slurm: Slurm) -> Path:
+    for line in slurm.run("scontrol", "show", "config").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "SlurmctldLogFile":
+            return Path(value.strip())
+    raise SystemExit("scontrol show config names no SlurmctldLogFile")
+
+
+def ctld_time(log: Path, pattern: str) -> float | None:
+    """When slurmctld last logged ``pattern`` (its log needs LogTimeFormat=iso8601_ms, as
+    the sandbox's has); None when it did not, or logs whole seconds only."""
+    found = None
+    with log.open(errors="replace") as handle:
+        for line in handle:
+            if pattern in line and line.startswith("[") and "." in line[:25]:
+                found = line[1 : line.index("]")]
+    return datetime.fromisoformat(found).timestamp() if found else None
+
+
+def phases(
+    slurm: Slurm, folder: Path, name: str, root: str, fault: float, start: float
+) -> dict[str, object]:
+    """Where the time between the fault and the next run went: hpcjobs until the job ended,
+    Slurm until it allocated the next job (a batch job waits for the next scheduling pass,
+    at most SchedulerParameters' batch_sched_delay, 3 s by default, later), then hpcjobs
+    again until the program started."""
+    chain = chain_of(folder, name, root)
+    first = chain.job_ids[0]
+    second = next(e.job_id for e in chain.events if e.event == "start" and e.job_id != first)
+    log = ctld_log(slurm)
+    ended = ctld_time(log, f"_job_complete: JobId={first} done")
+    allocated = ctld_time(log, f"Allocate JobId={second} ") or ctld_time(
+        log, f"Started JobId={second} "
+    )
+    row: dict[str, object] = {"latency": start - fault}
+    if ended is not None and allocated is not None and fault <= ended <= allocated <= start:
+        row.update(until_end=ended - fault, scheduling=allocated - ended, startup=start - allocated)
+    return row
+
+
+def bench_node(slurm: Slurm, folder: Path, batch_host: bool, trial: int) -> dict[str, object]:
+    name = f"{'batch-host' if batch_host else 'node'}-{trial}"
     root = submit(slurm, folder, name)
-    wait_for("progress", progressed(folder, name, 20), 120)
+    wait_for("progress", progressed(folder, name, 20 + 6 * trial), 120)
     nodes_text, batch = first_run(folder, name, root)
     nodes = hostnames(slurm, nodes_text[0])
     victim = batch if batch_host else next(n for n in nodes if n != batch)
@@ -155,28 +197,49 @@ def bench_node(slurm: Slurm, folder: Path, batch_host: bool) -> dict[str, object
     return {"latency": start - down, "avoided": victim not in hostnames(slurm, new_nodes)}
 
 
-def bench_crash(slurm: Slurm, folder: Path) -> dict[str, object]:
-    name = "crash"
-    root = submit(slurm, folder, name, "--fault", "crash", "--fault-at", "25", "--fault-text",
+def bench_crash(slurm: Slurm, folder: Path, trial: int) -> dict[str, object]:
+    name = f"crash-{trial}"
+    step = 25 + 6 * trial  # 0.6 s apart: the trials meet Slurm's scheduling passes at all phases
+    root = submit(slurm, folder, name, "--fault", "crash", "--fault-at", str(step), "--fault-text",
                   NCCL_IB_ERROR)  # fmt: skip
     start, new_nodes = next_start(folder, name, root)
     nodes, _batch = first_run(folder, name, root)
     suspect = hostnames(slurm, nodes[0])[1]
-    latency = start - report_time(folder, name, 1, 25)
+    row = phases(slurm, folder, name, root, report_time(folder, name, 1, step), start)
     slurm.run("scancel", root, *chain_of(folder, name, root).job_ids, check=False)
-    return {"latency": latency, "avoided": suspect not in hostnames(slurm, new_nodes)}
+    return {**row, "avoided": suspect not in hostnames(slurm, new_nodes)}
 
 
-def bench_stall(slurm: Slurm, folder: Path, timeout: int) -> dict[str, object]:
-    name = "stall"
-    root = submit(slurm, folder, name, "--fault", "hang", "--fault-at", "20",
+def bench_stall(slurm: Slurm, folder: Path, timeout: int, trial: int) -> dict[str, object]:
+    name = f"stall-{trial}"
+    step = 20 + 6 * trial
+    root = submit(slurm, folder, name, "--fault", "hang", "--fault-at", str(step),
                   options=("--stall-timeout", str(timeout)))  # fmt: skip
     start, new_nodes = next_start(folder, name, root, timeout=180)
     nodes, _batch = first_run(folder, name, root)
     suspect = hostnames(slurm, nodes[0])[1]
-    latency = start - report_time(folder, name, 1, 20)
+    row = phases(slurm, folder, name, root, report_time(folder, name, 1, step), start)
     slurm.run("scancel", root, *chain_of(folder, name, root).job_ids, check=False)
-    return {"latency": latency, "avoided": suspect not in hostnames(slurm, new_nodes)}
+    return {**row, "avoided": suspect not in hostnames(slurm, new_nodes)}
+
+
+def summary(trials: list[dict[str, object]]) -> dict[str, object]:
+    """The trials of one fault: median latency (and range), median phases, all avoided."""
+
+    def median(key: str) -> float | None:
+        values = [float(t[key]) for t in trials if key in t]  # type: ignore[arg-type]
+        return statistics.median(values) if len(values) == len(trials) else None
+
+    latencies = [float(t["latency"]) for t in trials]  # type: ignore[arg-type]
+    return {
+        "latency": statistics.median(latencies),
+        "low": min(latencies),
+        "high": max(latencies),
+        "until_end": median("until_end"),
+        "scheduling": median("scheduling"),
+        "startup": median("startup"),
+        "avoided": all(t["avoided"] for t in trials),
+    }
 
 
 def default_node_failure(slurm: Slurm, folder: Path) -> dict[str, object]:
@@ -212,26 +275,67 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-default", action="store_true", help="skip the ~2.5 min default")
     parser.add_argument("--stall-timeout", type=int, default=10)
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="trials per fault, the fault 0.6 s later each time (default 3); medians are shown",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=("node", "batch-host", "crash", "stall"),
+        help="run only these faults (repeatable)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the jobs' output folders and print where"
+    )
+    parser.add_argument(
+        "--submit-with",
+        type=Path,
+        metavar="CHECKOUT",
+        help="submit with another checkout's hpcjobs (an earlier commit, to compare with)",
+    )
     sandbox_options(parser)
     args = parser.parse_args()
 
+    benches: dict[str, tuple[str, str, Callable[[Slurm, Path, int], dict[str, object]]]] = {
+        "node": ("node failure", "from DOWN", lambda s, f, t: bench_node(s, f, False, t)),
+        "batch-host": (
+            "batch host failure",
+            "from DOWN",
+            lambda s, f, t: bench_node(s, f, True, t),
+        ),
+        "crash": ("NCCL/IB crash", "from the last report", bench_crash),
+        "stall": (
+            f"stall ({args.stall_timeout} s)",
+            "from the last report",
+            lambda s, f, t: bench_stall(s, f, args.stall_timeout, t),
+        ),
+    }
     with cluster(args) as env:
+        if args.submit_with:
+            env = {**env, "PYTHONPATH": str(args.submit_with.resolve())}
         slurm = Slurm(env)
         folder = scratch("hpcjobs-fault-bench-")
         rows: list[tuple[str, dict[str, object], str]] = []
+        plain = None
         try:
-            rows.append(("node failure", bench_node(slurm, folder, False), "from DOWN"))
-            rows.append(("batch host failure", bench_node(slurm, folder, True), "from DOWN"))
-            rows.append(("NCCL/IB crash", bench_crash(slurm, folder), "from the last report"))
-            rows.append((f"stall ({args.stall_timeout} s)", bench_stall(slurm, folder,
-                         args.stall_timeout), "from the last report"))  # fmt: skip
-            plain = None if args.skip_default else default_node_failure(slurm, folder)
+            for key, (fault, since, bench) in benches.items():
+                if args.only and key not in args.only:
+                    continue
+                trials = [bench(slurm, folder, trial) for trial in range(args.repeat)]
+                rows.append((fault, summary(trials), since))
+            if not args.skip_default and not args.only:
+                plain = default_node_failure(slurm, folder)
         finally:
             slurm.cancel_all()
             subprocess.run(["sleep", "1"], check=False)
-            shutil.rmtree(folder, ignore_errors=True)
+            if args.keep:
+                print(f"the jobs' output folders: {folder}")
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
 
-    print("fault                  hpcjobs: running again   avoided the node   Slurm's default path")
     defaults = {
         "node failure": (
             "skipped (~121 s hold; 133 s measured)"
@@ -241,13 +345,26 @@ def main() -> int:
         "batch host failure": "the same requeue hold",
         "NCCL/IB crash": "never: the job is FAILED",
     }
+    print(f"{args.repeat} trial(s) per fault; median (lowest-highest)")
+    print("fault                  hpcjobs: running again            avoided   Slurm's default path")
     for fault, row, since in rows:
         default = defaults.get(fault, "never: it hangs until the time limit")
-        latency = float(row["latency"])  # type: ignore[arg-type]
+        spread = f"{row['latency']:.1f} s ({row['low']:.1f}-{row['high']:.1f})"
         print(
-            f"{fault:22} {latency:6.1f} s {since:20} {'yes' if row['avoided'] else 'NO':>5}"
-            f"              {default}"
+            f"{fault:22} {spread:17} {since:20} {'yes' if row['avoided'] else 'NO':>3}"
+            f"       {default}"
         )
+    split = [(fault, row) for fault, row, _ in rows if row["until_end"] is not None]
+    if split:
+        print()
+        print("where the time went (medians)  until the job ended  Slurm scheduling  program start")
+        for fault, row in split:
+            print(
+                f"{fault:30} {row['until_end']:12.2f} s {row['scheduling']:15.2f} s"
+                f" {row['startup']:12.2f} s"
+            )
+        print("(Slurm starts a pending batch job at its next scheduling pass: at most")
+        print(" SchedulerParameters' batch_sched_delay, 3 s by default, after the job ended)")
     return 0
 
 

@@ -215,6 +215,54 @@ def test_ranks_tied_at_the_same_step_blame_no_node(tmp_path: Path) -> None:
         child.kill()
 
 
+def test_the_watch_looks_again_when_a_rank_would_pass_the_timeout(tmp_path: Path) -> None:
+    """A rank 9.5 s into a 10 s timeout is judged just after its 10 s, not a whole cycle later;
+    otherwise the watch reads once per cycle."""
+    child = subprocess.Popen(["sleep", "60"])
+    watch = StallWatch(str(tmp_path), "5", 10, 5.0, 0, "USR2", child, lambda _: None, lambda: None)
+    try:
+        assert watch._next_wait({0: 100.0, 1: 90.5}, 100.0) == pytest.approx(0.55)
+        assert watch._next_wait({0: 100.0}, 100.0) == 5.0  # nothing due within a cycle
+        assert watch._next_wait({0: 80.0}, 100.0) == 5.0  # past due and not stalled: a cycle
+        assert watch._next_wait({}, 100.0) == 5.0
+        _summary(tmp_path, "n2", "5", {3: (9, 3.0)})
+        started = time.monotonic()
+        watch.start()
+        deadline = started + 20
+        while watch.found is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watch.found is not None and watch.found[1].rank == 3
+        # Its first look (one 5 s cycle) saw 8 s of 10; the next came 2 s later, not 5.
+        assert time.monotonic() - started < 8.5
+    finally:
+        watch.close()
+        child.kill()
+
+
+def test_closing_the_watch_ends_its_grace_and_kill_waits_at_once(tmp_path: Path) -> None:
+    """The decision waits for the watch (close): once the step is gone, neither the grace time
+    nor the wait after killing the steps may hold it."""
+    child_ignores = subprocess.Popen(["sh", "-c", "trap '' USR2; sleep 60"])
+    _summary(tmp_path, "n2", "5", {3: (9, 30.0)})
+    killed: list[bool] = []
+    watch = StallWatch(
+        str(tmp_path), "5", 10, 0.1, 30, "USR2", child_ignores, lambda _: None,
+        lambda: killed.append(True),
+    )  # fmt: skip
+    try:
+        watch.start()
+        deadline = time.monotonic() + 20
+        while watch.found is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watch.found is not None
+        started = time.monotonic()
+        watch.close()  # 30 s of grace left
+        assert time.monotonic() - started < 2 and not killed
+    finally:
+        watch.close()
+        child_ignores.kill()
+
+
 def test_the_supervisor_stops_an_agent_that_was_not_ready_for_its_signal(tmp_path: Path) -> None:
     """A job that inherited SIGHUP ignored (nohup) loses a SIGHUP sent before the agent set its
     handler: the supervisor sends it again until the agent is gone, and never waits it out."""
@@ -243,3 +291,33 @@ def test_the_supervisor_stops_an_agent_that_was_not_ready_for_its_signal(tmp_pat
     assert proc.poll() == 0  # it ended through its handler, not killed
     assert time.monotonic() - started < AGENTS_STOP_S
     assert (shared / "node-n3").exists()
+
+
+def test_an_agent_ends_at_once_on_its_signal_mid_cycle(tmp_path: Path) -> None:
+    """SIGTERM (or SIGHUP) ends an agent's wait between cycles at once, not at its next
+    cycle: the job, and the run that continues the chain, wait for it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    env = {
+        **os.environ,
+        "HPCJOBS_NODE_TMP": str(tmp_path / "tmp"),
+        "SLURMD_NODENAME": "n3",
+        "SLURM_JOB_ID": "8",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    argv = [sys.executable, "-m", "hpcjobs.runtime.supervisor", "agent", "--shared", str(shared)]
+    proc = subprocess.Popen([*argv, "--every", "30"], env=env)
+    try:
+        deadline = time.monotonic() + 20
+        while not (shared / "node-n3").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # its first cycle is written: it now waits 30 s
+        first = (shared / "node-n3").read_text()
+        time.sleep(0.3)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - started < 2  # 30 s before
+        assert (shared / "node-n3").read_text() != first  # it wrote once more
+        assert not (tmp_path / "tmp" / "n3").exists()
+    finally:
+        proc.kill()

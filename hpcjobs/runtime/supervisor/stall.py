@@ -66,7 +66,8 @@ class StallWatch:
         steps: dict[int, int] = {}
         seen: dict[int, float] = {}
         node_of: dict[int, str] = {}
-        while not self._stop.wait(self.every):
+        wait = self.every
+        while not self._stop.wait(wait):
             if self.child.poll() is not None:
                 return
             now, wall = time.monotonic(), time.time()
@@ -92,6 +93,14 @@ class StallWatch:
                 self.found = (node, found)
                 self._end(found, node)
                 return
+            wait = self._next_wait({r: seen[r] for r in fresh}, time.monotonic())
+
+    def _next_wait(self, seen: dict[int, float], now: float) -> float:
+        """One agent cycle, or less where a rank's step would pass the timeout sooner: the
+        watch then looks again just after that moment (a hang found up to a cycle earlier),
+        never more often than once per cycle otherwise."""
+        due = min(seen.values(), default=now) + self.timeout + 0.05 - now
+        return min(self.every, due) if due > 0 else self.every
 
     def _end(self, found: Stall, node: str) -> None:
         warning = "SIG" + self.warning
@@ -109,12 +118,12 @@ class StallWatch:
             )
         with contextlib.suppress(OSError):
             self.child.send_signal(getattr(signal, warning))
+        # The waits end early once the step is gone (close): the decision waits for them.
         deadline = time.monotonic() + self.grace
         while time.monotonic() < deadline:
-            if self.child.poll() is not None:
+            if self.child.poll() is not None or self._stop.wait(0.2):
                 return
-            time.sleep(0.2)
         self.kill_steps()
-        time.sleep(3)
-        with contextlib.suppress(OSError):
-            self.child.kill()
+        if not self._stop.wait(3) and self.child.poll() is None:
+            with contextlib.suppress(OSError):
+                self.child.kill()

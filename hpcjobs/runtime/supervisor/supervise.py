@@ -140,6 +140,7 @@ class Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.agents: subprocess.Popen[bytes] | None = None
         self.agents_step = False
+        self.agents_asked = False  # signal_agents has run once the step ended
         self.watch: StallWatch | None = None
 
     # ---- small helpers ------------------------------------------------------------------------
@@ -541,24 +542,36 @@ class Supervisor:
         except OSError as exc:
             self.log(f"could not start the node agents ({exc}); no progress is gathered")
 
+    def signal_agents(self) -> None:
+        """Ask the agents to end (SIGHUP): they write once more and remove their node-local
+        folders. Returns at once; :meth:`stop_agents` waits for them."""
+        agents = self.agents
+        if agents is None or agents.poll() is not None:
+            return
+        if self.agents_step:
+            # To the agents themselves, through Slurm.
+            for line in self.slurm.queue_value(self.job, "%i %j", steps=True):
+                words = line.split()
+                if len(words) == 2 and words[1] == AGENT_STEP:
+                    self.slurm.cancel(words[0], "HUP")
+        else:
+            agents.send_signal(signal.SIGHUP)
+
     def stop_agents(self) -> None:
-        """End the agents: they write once more and remove their node-local folders."""
+        """End the agents and wait for them (at most AGENTS_STOP_S, then they are killed)."""
         agents = self.agents
         deadline = time.monotonic() + AGENTS_STOP_S
-        # SIGHUP, again each second: one sent before an agent set its handler is lost where
-        # the job inherited SIGHUP ignored (nohup), or kills it before it wrote (no harm).
+        # Wait first: signal_agents has usually asked already. Then SIGHUP again each second:
+        # one sent before an agent set its handler is lost where the job inherited SIGHUP
+        # ignored (nohup), or kills it before it wrote (no harm).
+        asked = self.agents_asked
         while agents is not None and agents.poll() is None:
             if time.monotonic() >= deadline:
                 agents.kill()
                 break
-            if self.agents_step:
-                # To the agents themselves, through Slurm.
-                for line in self.slurm.queue_value(self.job, "%i %j", steps=True):
-                    words = line.split()
-                    if len(words) == 2 and words[1] == AGENT_STEP:
-                        self.slurm.cancel(words[0], "HUP")
-            else:
-                agents.send_signal(signal.SIGHUP)
+            if not asked:
+                self.signal_agents()
+            asked = False
             with contextlib.suppress(subprocess.TimeoutExpired):
                 agents.wait(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
         # An agent killed before it cleaned up leaves this node's folder: it goes too.
@@ -1032,10 +1045,16 @@ class Supervisor:
 
     def finish(self, rc: int) -> int:
         """Decide and act after the launcher exited; the job's exit code. The agents are
-        stopped last: after a node failure Slurm kills this job within KillWait, and the
-        decision must be logged (and the standby retargeted) before that."""
+        asked to end first and waited for last: after a node failure Slurm kills this job
+        within KillWait, and the decision must be logged (and the standby retargeted) before
+        that; and the job must end as soon as the standby may start, for the sooner it ends,
+        the likelier Slurm's next scheduling pass starts the standby (one that runs between
+        the standby's update and the job's end wastes up to batch_sched_delay, 3 s)."""
         if self.watch is not None:
             self.watch.close()
+        with contextlib.suppress(Exception):
+            self.signal_agents()
+            self.agents_asked = True
         try:
             return self.decide_and_act(rc)
         finally:
