@@ -263,14 +263,8 @@ def test_closing_the_watch_ends_its_grace_and_kill_waits_at_once(tmp_path: Path)
         child_ignores.kill()
 
 
-def test_the_supervisor_stops_an_agent_that_was_not_ready_for_its_signal(tmp_path: Path) -> None:
-    """A job that inherited SIGHUP ignored (nohup) loses a SIGHUP sent before the agent set its
-    handler: the supervisor sends it again until the agent is gone, and never waits it out."""
-    from hpcjobs.runtime.supervisor.policy import Policy
-    from hpcjobs.runtime.supervisor.supervise import AGENTS_STOP_S, Supervisor
-
-    shared = tmp_path / "shared"
-    shared.mkdir()
+def _agent_process(tmp_path: Path, shared: Path) -> tuple[dict[str, str], list[str]]:
+    """The environment and command of a node agent on node n3 of job 8."""
     env = {
         **os.environ,
         "HPCJOBS_NODE_TMP": str(tmp_path / "tmp"),
@@ -279,6 +273,18 @@ def test_the_supervisor_stops_an_agent_that_was_not_ready_for_its_signal(tmp_pat
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     }
     argv = [sys.executable, "-m", "hpcjobs.runtime.supervisor", "agent", "--shared", str(shared)]
+    return env, argv
+
+
+def test_the_supervisor_stops_an_agent_that_was_not_ready_for_its_signal(tmp_path: Path) -> None:
+    """A job that inherited SIGHUP ignored (nohup) loses a SIGHUP sent before the agent set its
+    handler: the supervisor sends it again until the agent is gone, and never waits it out."""
+    from hpcjobs.runtime.supervisor.policy import Policy
+    from hpcjobs.runtime.supervisor.supervise import AGENTS_STOP_S, Supervisor
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    env, argv = _agent_process(tmp_path, shared)
     proc = subprocess.Popen(
         [*argv, "--every", "5"],
         env=env,
@@ -298,14 +304,7 @@ def test_an_agent_ends_at_once_on_its_signal_mid_cycle(tmp_path: Path) -> None:
     cycle: the job, and the run that continues the chain, wait for it."""
     shared = tmp_path / "shared"
     shared.mkdir()
-    env = {
-        **os.environ,
-        "HPCJOBS_NODE_TMP": str(tmp_path / "tmp"),
-        "SLURMD_NODENAME": "n3",
-        "SLURM_JOB_ID": "8",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-    }
-    argv = [sys.executable, "-m", "hpcjobs.runtime.supervisor", "agent", "--shared", str(shared)]
+    env, argv = _agent_process(tmp_path, shared)
     proc = subprocess.Popen([*argv, "--every", "30"], env=env)
     try:
         deadline = time.monotonic() + 20
