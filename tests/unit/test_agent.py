@@ -221,10 +221,13 @@ def test_the_watch_looks_again_when_a_rank_would_pass_the_timeout(tmp_path: Path
     child = subprocess.Popen(["sleep", "60"])
     watch = StallWatch(str(tmp_path), "5", 10, 5.0, 0, "USR2", child, lambda _: None, lambda: None)
     try:
-        assert watch._next_wait({0: 100.0, 1: 90.5}, 100.0) == pytest.approx(0.55)
-        assert watch._next_wait({0: 100.0}, 100.0) == 5.0  # nothing due within a cycle
-        assert watch._next_wait({0: 80.0}, 100.0) == 5.0  # past due and not stalled: a cycle
-        assert watch._next_wait({}, 100.0) == 5.0
+        wait = watch._next_wait
+        assert wait({0: 4, 1: 3}, {0: 100.0, 1: 90.5}, 100.0) == pytest.approx(0.55)
+        assert wait({0: 4}, {0: 100.0}, 100.0) == 5.0  # nothing due within a cycle
+        assert wait({0: 4}, {0: 80.0}, 100.0) == 5.0  # past due and not stalled: a cycle
+        assert wait({}, {}, 100.0) == 5.0
+        # The rank judged is the lowest step's, not the oldest report's (find_stall).
+        assert wait({0: 4, 1: 3}, {0: 90.5, 1: 99.0}, 100.0) == 5.0
         _summary(tmp_path, "n2", "5", {3: (9, 3.0)})
         started = time.monotonic()
         watch.start()
@@ -242,7 +245,11 @@ def test_the_watch_looks_again_when_a_rank_would_pass_the_timeout(tmp_path: Path
 def test_closing_the_watch_ends_its_grace_and_kill_waits_at_once(tmp_path: Path) -> None:
     """The decision waits for the watch (close): once the step is gone, neither the grace time
     nor the wait after killing the steps may hold it."""
-    child_ignores = subprocess.Popen(["sh", "-c", "trap '' USR2; sleep 60"])
+    ready = tmp_path / "ready"
+    child_ignores = subprocess.Popen(["sh", "-c", f"trap '' USR2; touch {ready}; exec sleep 60"])
+    deadline = time.monotonic() + 20
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the warning must find it ignoring the signal
     _summary(tmp_path, "n2", "5", {3: (9, 30.0)})
     killed: list[bool] = []
     watch = StallWatch(
@@ -258,6 +265,7 @@ def test_closing_the_watch_ends_its_grace_and_kill_waits_at_once(tmp_path: Path)
         started = time.monotonic()
         watch.close()  # 30 s of grace left
         assert time.monotonic() - started < 2 and not killed
+        assert child_ignores.poll() is None  # the watch's close, not the step's end, ended it
     finally:
         watch.close()
         child_ignores.kill()
@@ -318,5 +326,27 @@ def test_an_agent_ends_at_once_on_its_signal_mid_cycle(tmp_path: Path) -> None:
         assert time.monotonic() - started < 2  # 30 s before
         assert (shared / "node-n3").read_text() != first  # it wrote once more
         assert not (tmp_path / "tmp" / "n3").exists()
+    finally:
+        proc.kill()
+
+
+def test_gpu_samples_keep_their_own_interval_within_a_longer_cycle(tmp_path: Path) -> None:
+    """monitoring.gpu_interval holds whatever the agent's cycle (5 s with the default stall
+    timeout): a 1 s interval gives a sample a second, not one per cycle."""
+    shared, gpus, stub = tmp_path / "shared", tmp_path / "gpu", tmp_path / "bin"
+    for folder in (shared, gpus, stub):
+        folder.mkdir()
+    (stub / "nvidia-smi").write_text("#!/bin/sh\necho 0, 10, 20\n")
+    (stub / "nvidia-smi").chmod(0o755)
+    env, argv = _agent_process(tmp_path, shared)
+    env["PATH"] = f"{stub}:{env['PATH']}"
+    argv += ["--every", "30", "--gpu-every", "1", "--gpu-query", "index", "--gpu-dir", str(gpus)]
+    proc = subprocess.Popen(argv, env=env)
+    try:
+        time.sleep(3.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        samples = (gpus / "n3.csv").read_text().splitlines()
+        assert len(samples) >= 3, samples  # about 0, 1, 2 and 3 s
     finally:
         proc.kill()

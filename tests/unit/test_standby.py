@@ -4,6 +4,9 @@ tests/live/test_faults.py and test_cancel.py run the same paths on a real Slurm)
 
 from __future__ import annotations
 
+import subprocess
+import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,7 +17,7 @@ from hpcjobs.runtime.supervisor.eventlog import Event
 from hpcjobs.runtime.supervisor.policy import Policy
 from hpcjobs.runtime.supervisor.slurm import Result
 from hpcjobs.runtime.supervisor.supervise import Stop, Supervisor
-from tests.eventlines import events_in, line
+from tests.eventlines import events_in, kinds, line
 
 
 class FakeClock:
@@ -252,3 +255,44 @@ def test_a_run_on_an_excluded_node_hands_over_at_once(tmp_path: Path) -> None:
         ["n2"],
     )
     assert Chain(_log(tmp_path)).job_ids == ["300", "301", "78"]
+
+
+def test_the_decision_does_not_wait_for_slurm_to_reach_the_agents(tmp_path: Path) -> None:
+    """The agents are asked to end as soon as the step ends, from a thread: a slow controller
+    (after a node failure, say) must not hold the decision, only the job's last moment."""
+    answer = threading.Event()
+    agent = subprocess.Popen(["sleep", "60"])
+
+    class SlowSlurm(FakeSlurm):
+        def queue_value(self, job: str, fmt: str, steps: bool = False) -> list[str]:
+            if steps:
+                answer.wait(20)
+                return ["300.1 hpcjobs-agent", "300.0 python3"]
+            return super().queue_value(job, fmt, steps)
+
+        def cancel(self, job: str, signal_name: str = "") -> bool:
+            agent.terminate()
+            return super().cancel(f"{job} {signal_name}")
+
+    slurm, clock = SlowSlurm(), FakeClock()
+    sup = _supervisor(tmp_path, slurm, clock, job="300")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "DONE").touch()
+    sup.agents, sup.agents_step = agent, True
+    finished = threading.Thread(target=sup.finish, args=(0,))
+    try:
+        finished.start()
+        deadline = time.monotonic() + 20
+        log = tmp_path / "run" / "chain-300.jsonl"
+        ended = ("end", "finish")
+        while not (log.exists() and ended in kinds(log)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [e.cause for e in _log(tmp_path) if e.event == "end"] == ["finish"]
+        assert finished.is_alive() and agent.poll() is None  # it waits for the agents last
+        answer.set()
+        finished.join(timeout=20)
+        assert not finished.is_alive() and agent.poll() is not None
+        assert slurm.calls == ["cancel 300.1 HUP"]
+    finally:
+        answer.set()
+        agent.kill()

@@ -137,8 +137,9 @@ class Agent:
                 self.cycle()
                 deadline = time.monotonic() + self.every
                 while not self.stopping and time.monotonic() < deadline:
-                    wake.wait(deadline - time.monotonic())
-            self.cycle()
+                    self.sample_gpus()
+                    wake.wait(min(deadline, self.next_gpu) - time.monotonic())
+            self.cycle()  # once more; no new GPU sample, the agent ends now
         finally:
             wake.close()
             os.umask(old)
@@ -151,8 +152,8 @@ class Agent:
         self.stopping = True
 
     def cycle(self) -> None:
-        """Read the node's reports once; write the summary, the history and a GPU sample."""
-        now_mono, now_wall = time.monotonic(), time.time()
+        """Read the node's reports once; write the summary and the history."""
+        now_wall = time.time()
         history: list[str] = []
         try:
             entries = list(os.scandir(self.local))
@@ -178,9 +179,16 @@ class Agent:
         self._write_summary(now_wall)
         if history:
             self._append_history(history)
-        if self.gpu_every and now_mono >= self.next_gpu:
-            self.next_gpu = now_mono + self.gpu_every
-            # In a thread of its own: nvidia-smi can hang on a sick GPU, the cycle must not.
+
+    def sample_gpus(self) -> None:
+        """Start a GPU sample when one is due (every ``gpu_every`` s, on its own schedule: the
+        agent's cycle may be longer)."""
+        now = time.monotonic()
+        if not self.gpu_every:
+            self.next_gpu = float("inf")
+        elif now >= self.next_gpu:
+            self.next_gpu = now + self.gpu_every
+            # In a thread of its own: nvidia-smi can hang on a sick GPU, the agent must not.
             if self.sampler is None or not self.sampler.is_alive():
                 self.sampler = threading.Thread(target=self._sample_gpus, daemon=True)
                 self.sampler.start()

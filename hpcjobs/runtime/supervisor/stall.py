@@ -93,13 +93,19 @@ class StallWatch:
                 self.found = (node, found)
                 self._end(found, node)
                 return
-            wait = self._next_wait({r: seen[r] for r in fresh}, time.monotonic())
+            # At most one early look between two cycles: O(nodes) reads per cycle, at most twice.
+            early = wait < self.every
+            wait = self.every if early else self._next_wait(judged, seen, time.monotonic())
 
-    def _next_wait(self, seen: dict[int, float], now: float) -> float:
-        """One agent cycle, or less where a rank's step would pass the timeout sooner: the
-        watch then looks again just after that moment (a hang found up to a cycle earlier),
-        never more often than once per cycle otherwise."""
-        due = min(seen.values(), default=now) + self.timeout + 0.05 - now
+    def _next_wait(self, steps: dict[int, int], seen: dict[int, float], now: float) -> float:
+        """One agent cycle, or less where the rank the watch judges (the lowest step, the
+        oldest among equals: :func:`.decide.find_stall`) would pass the timeout sooner: the
+        watch then looks again just after that moment, and finds a hang up to a cycle
+        earlier. ``steps`` holds the ranks judged now."""
+        if not steps:
+            return self.every
+        judged = min(steps, key=lambda r: (steps[r], seen[r]))
+        due = seen[judged] + self.timeout + 0.05 - now
         return min(self.every, due) if due > 0 else self.every
 
     def _end(self, found: Stall, node: str) -> None:

@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TypedDict
@@ -140,7 +141,9 @@ class Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.agents: subprocess.Popen[bytes] | None = None
         self.agents_step = False
-        self.agents_asked = False  # signal_agents has run once the step ended
+        #: Asks the agents to end while the supervisor decides (see :meth:`finish`).
+        self.agents_asking: threading.Thread | None = None
+        self.agents_asked = False  # and whether it reached them
         self.watch: StallWatch | None = None
 
     # ---- small helpers ------------------------------------------------------------------------
@@ -542,28 +545,43 @@ class Supervisor:
         except OSError as exc:
             self.log(f"could not start the node agents ({exc}); no progress is gathered")
 
-    def signal_agents(self) -> None:
+    def signal_agents(self) -> bool:
         """Ask the agents to end (SIGHUP): they write once more and remove their node-local
-        folders. Returns at once; :meth:`stop_agents` waits for them."""
+        folders. Whether the signal went out; :meth:`stop_agents` waits for them."""
         agents = self.agents
         if agents is None or agents.poll() is not None:
-            return
-        if self.agents_step:
-            # To the agents themselves, through Slurm.
-            for line in self.slurm.queue_value(self.job, "%i %j", steps=True):
-                words = line.split()
-                if len(words) == 2 and words[1] == AGENT_STEP:
-                    self.slurm.cancel(words[0], "HUP")
-        else:
+            return False
+        if not self.agents_step:
             agents.send_signal(signal.SIGHUP)
+            return True
+        # To the agents themselves, through Slurm.
+        sent = False
+        for line in self.slurm.queue_value(self.job, "%i %j", steps=True):
+            words = line.split()
+            if len(words) == 2 and words[1] == AGENT_STEP:
+                sent = self.slurm.cancel(words[0], "HUP") or sent
+        return sent
+
+    def ask_agents(self) -> None:
+        """Start asking the agents to end, from a thread: the decision does not wait for
+        Slurm's answers."""
+
+        def ask() -> None:
+            with contextlib.suppress(Exception):
+                self.agents_asked = self.signal_agents()
+
+        self.agents_asking = threading.Thread(target=ask, name="agents-stop", daemon=True)
+        self.agents_asking.start()
 
     def stop_agents(self) -> None:
         """End the agents and wait for them (at most AGENTS_STOP_S, then they are killed)."""
         agents = self.agents
         deadline = time.monotonic() + AGENTS_STOP_S
-        # Wait first: signal_agents has usually asked already. Then SIGHUP again each second:
-        # one sent before an agent set its handler is lost where the job inherited SIGHUP
-        # ignored (nohup), or kills it before it wrote (no harm).
+        if self.agents_asking is not None:
+            self.agents_asking.join(timeout=max(0.0, deadline - time.monotonic()))
+        # Wait first where ask_agents reached them. Then SIGHUP again each second: one sent
+        # before an agent set its handler is lost where the job inherited SIGHUP ignored
+        # (nohup), or kills it before it wrote (no harm).
         asked = self.agents_asked
         while agents is not None and agents.poll() is None:
             if time.monotonic() >= deadline:
@@ -1052,9 +1070,7 @@ class Supervisor:
         the standby's update and the job's end wastes up to batch_sched_delay, 3 s)."""
         if self.watch is not None:
             self.watch.close()
-        with contextlib.suppress(Exception):
-            self.signal_agents()
-            self.agents_asked = True
+        self.ask_agents()
         try:
             return self.decide_and_act(rc)
         finally:
