@@ -294,11 +294,13 @@ def read_png(path: Path) -> tuple[int, int, list[tuple[int, int, int]]]:
 #: query as the real one does (one line per GPU every -l seconds) with the Slurm node's name in
 #: the UUID (the sandbox's nodes share one host name), so the test can tell where each ran.
 FAKE_NVIDIA_SMI = r"""#!/bin/bash
-every=1
+# Like nvidia-smi --query-gpu: one sample, or one every N seconds with -l N.
+every=0
 while (($#)); do [[ $1 == -l ]] && every=$2; shift; done
 while :; do
     now=$(date '+%Y/%m/%d %H:%M:%S.000')
     printf '%s, 0, GPU-%s-0, 80, 1000, 81559\n' "$now" "$SLURMD_NODENAME"
+    ((every)) || exit 0
     sleep "$every"
 done
 """

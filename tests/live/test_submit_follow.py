@@ -290,10 +290,17 @@ def test_requeue_is_followed_logged_and_in_history(
     def on_event(event: JobEvent) -> None:
         events.append(event)
         if event.requeued and event.state == "PENDING":
-            # Skip Slurm's ~2 minute requeue hold: the owner may start it at once.
-            LocalRunner(env=slurm_env).run(
-                ["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=False
-            )
+            # Skip Slurm's ~2 minute requeue hold: the owner may start it at once, but not on
+            # the node it left. There the hold is what keeps the job's revoked credential from
+            # killing it ("Killing non-startable batch JobId=...: Job credential revoked", seen
+            # on 24.11 when the scheduler put it straight back on that node).
+            runner = LocalRunner(env=slurm_env)
+            acct = ["sacct", "-n", "-X", "-P", "-D", "-j", job_id, "-o", "NodeList"]
+            left = [n for n in runner.run(acct, check=False).stdout.split() if n != "None"]
+            update = ["scontrol", "update", f"jobid={job_id}"]
+            if left:
+                runner.run([*update, f"ExcNodeList={left[-1]}"], check=False)
+            runner.run([*update, "StartTime=now"], check=False)
 
     assert follow_jobs(client, [job_id], on_event=on_event, timeout_s=240).exit_code == 0
     assert any(e.requeued for e in events)
