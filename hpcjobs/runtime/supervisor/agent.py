@@ -61,23 +61,16 @@ class _Rank:
 
 class _SignalWake:
     """Waits that a signal ends at once (the job ends sooner when its agents stop sooner):
-    the signal's wakeup byte makes a pipe readable. Outside the main thread, where Python
-    allows no wakeup fd, waits are 0.2 s slices."""
+    the signal's wakeup byte makes a pipe readable. Main thread only, like signal handlers."""
 
     def __init__(self) -> None:
         self.read_fd, self.write_fd = os.pipe()
         for fd in (self.read_fd, self.write_fd):
             os.set_blocking(fd, False)
-        try:
-            self.previous: int | None = signal.set_wakeup_fd(self.write_fd)
-        except ValueError:
-            self.previous = None
+        self.previous = signal.set_wakeup_fd(self.write_fd)
 
     def wait(self, seconds: float) -> None:
         if seconds <= 0:
-            return
-        if self.previous is None:
-            time.sleep(min(0.2, seconds))
             return
         readable, _, _ = select.select([self.read_fd], [], [], seconds)
         if readable:
@@ -85,8 +78,7 @@ class _SignalWake:
                 os.read(self.read_fd, 512)
 
     def close(self) -> None:
-        if self.previous is not None:
-            signal.set_wakeup_fd(self.previous)
+        signal.set_wakeup_fd(self.previous)
         for fd in (self.read_fd, self.write_fd):
             os.close(fd)
 

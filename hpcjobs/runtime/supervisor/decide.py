@@ -168,6 +168,12 @@ class Stall(NamedTuple):
     tied: int  #: other ranks at the same step, reported within 2 s of it
 
 
+def judged_rank(steps: dict[int, int], seen: dict[int, float]) -> int:
+    """The rank the stall watch judges: the lowest step, the oldest report among equals
+    (``seen`` must not be empty)."""
+    return min(seen, key=lambda r: (steps[r], seen[r]))
+
+
 def find_stall(
     steps: dict[int, int], seen: dict[int, float], now: float, timeout: float
 ) -> Stall | None:
@@ -176,7 +182,7 @@ def find_stall(
     map each rank that reported during this run to its step and when that step was first seen."""
     if not seen:
         return None
-    oldest = min(seen, key=lambda r: (steps[r], seen[r]))
+    oldest = judged_rank(steps, seen)
     idle = now - seen[oldest]
     if idle <= timeout:
         return None

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from .agent import read_summary
-from .decide import Stall, find_stall
+from .decide import Stall, find_stall, judged_rank
 
 #: A summary this many agent cycles old (plus a margin) no longer counts: its node's ranks are
 #: not judged until their agent writes again.
@@ -98,13 +98,13 @@ class StallWatch:
             wait = self.every if early else self._next_wait(judged, seen, time.monotonic())
 
     def _next_wait(self, steps: dict[int, int], seen: dict[int, float], now: float) -> float:
-        """One agent cycle, or less where the rank the watch judges (the lowest step, the
-        oldest among equals: :func:`.decide.find_stall`) would pass the timeout sooner: the
-        watch then looks again just after that moment, and finds a hang up to a cycle
-        earlier. ``steps`` holds the ranks judged now."""
+        """One agent cycle, or less where the rank the watch judges
+        (:func:`.decide.judged_rank`) would pass the timeout sooner: the watch then looks again
+        just after that moment, and finds a hang up to a cycle earlier. ``steps`` holds the
+        ranks judged now."""
         if not steps:
             return self.every
-        judged = min(steps, key=lambda r: (steps[r], seen[r]))
+        judged = judged_rank(steps, {r: seen[r] for r in steps})
         due = seen[judged] + self.timeout + 0.05 - now
         return min(self.every, due) if due > 0 else self.every
 
