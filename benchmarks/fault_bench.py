@@ -16,6 +16,10 @@ is set DOWN comes back after Slurm's requeue hold (``--skip-default`` leaves it 
 about two and a half minutes); a crashed job is FAILED and stays so; a hung one burns its time
 limit. Times come from the event log and the progress reports (no sacct rounding).
 
+With ``--spare-nodes 1`` every job holds a third node (``-N 2 --spare-nodes 1``: the whole
+3-node sandbox, so no standby could start) and recovers inside itself; put its table beside the
+one without (the batch host's failure is left out there: it goes through the standby as before).
+
 Run: SLURM_CONF=<state>/etc/slurm.conf .venv/bin/python benchmarks/fault_bench.py
 Without SLURM_CONF it starts (and afterwards stops) a sandbox of its own, like requeue_bench.py.
 """
@@ -59,13 +63,18 @@ srun -N 2 --ntasks-per-node=1 sleep 600
 """
 
 
+#: Options every job of this run is submitted with (``--spare-nodes K``).
+SUBMIT_OPTIONS: list[str] = []
+
+
 def submit(
     slurm: Slurm, folder: Path, name: str, *extra: str, options: tuple[str, ...] = ()
 ) -> str:
     out = folder / name
     out.mkdir(mode=0o755)
     argv = [HPCJOBS, "--site", "sandbox", "submit", "-J", name, "--output-dir", str(out)]
-    argv += ["-N", "2", "--gpus-per-node", "1", "-t", "10:00", *options, "--", PYTHON, WORKLOAD]
+    argv += ["-N", "2", "--gpus-per-node", "1", "-t", "10:00", *SUBMIT_OPTIONS, *options]
+    argv += ["--", PYTHON, WORKLOAD]
     argv += ["--steps", "400", "--result", str(out / "result.json"), *extra]
     root = slurm.run(*argv, cwd=out).split()[-1]
     slurm.jobs.append(root)
@@ -160,7 +169,10 @@ def phases(
     again until the program started."""
     chain = chain_of(folder, name, root)
     first = chain.job_ids[0]
-    second = next(e.job_id for e in chain.events if e.event == "start" and e.job_id != first)
+    others = [e.job_id for e in chain.events if e.event == "start" and e.job_id != first]
+    if not others:  # it ran again inside its job: no job ended, nothing was scheduled
+        return {"latency": start - fault}
+    second = others[0]
     log = ctld_log(slurm)
     ended = ctld_time(log, f"_job_complete: JobId={first} done")
     allocated = ctld_time(log, f"Allocate JobId={second} ") or ctld_time(
@@ -296,8 +308,19 @@ def main() -> int:
         metavar="CHECKOUT",
         help="submit with another checkout's hpcjobs (an earlier commit, to compare with)",
     )
+    parser.add_argument(
+        "--spare-nodes",
+        type=int,
+        default=0,
+        metavar="K",
+        help="submit every job with K spare nodes (recovery inside the job; no batch host fault)",
+    )
     sandbox_options(parser)
     args = parser.parse_args()
+    if args.spare_nodes:
+        SUBMIT_OPTIONS.extend(["--spare-nodes", str(args.spare_nodes)])
+        args.only = [k for k in args.only or ("node", "crash", "stall") if k != "batch-host"]
+        args.skip_default = True
 
     benches: dict[str, tuple[str, str, Callable[[Slurm, Path, int], dict[str, object]]]] = {
         "node": ("node failure", "from DOWN", lambda s, f, t: bench_node(s, f, False, t)),
@@ -345,7 +368,8 @@ def main() -> int:
         "batch host failure": "the same requeue hold",
         "NCCL/IB crash": "never: the job is FAILED",
     }
-    print(f"{args.repeat} trial(s) per fault; median (lowest-highest)")
+    spares = f"; -N 2 --spare-nodes {args.spare_nodes}" if args.spare_nodes else ""
+    print(f"{args.repeat} trial(s) per fault; median (lowest-highest){spares}")
     print("fault                  hpcjobs: running again            avoided   Slurm's default path")
     for fault, row, since in rows:
         default = defaults.get(fault, "never: it hangs until the time limit")

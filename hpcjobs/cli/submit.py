@@ -91,6 +91,14 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "this long (0: off; default: the site's, faults.stall_timeout). Ranks that never "
             "report progress are never judged.",
         ),
+        click.option(
+            "--spare-nodes",
+            type=click.IntRange(0, 2**31 - 1),
+            metavar="K",
+            help="Hold K nodes beyond -N: a failed or suspect node is replaced by a spare "
+            "inside the job, running again within seconds, no queue (default: the "
+            "partition's spare_nodes, 0).",
+        ),
         click.option("--output-dir", help="Folder for logs and records (default: the site's)."),
         click.option("-D", "--chdir", help="Working directory of the job."),
         click.option("--template", help="Main template name (default: job)."),
@@ -318,6 +326,7 @@ def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
         "bind": flags.get("bind"),
         "gpu_monitor": flags.get("gpu_monitor"),
         "stall_timeout": flags.get("stall_timeout"),
+        "spare_nodes": flags.get("spare_nodes"),
         "torchrun": flags.get("torchrun_path"),
         "command": list(flags.get("command") or ()) or None,
     }

@@ -180,6 +180,9 @@ class Partition(_Model):
     max_nodes: PositiveInt
     max_time: SlurmTime = "UNLIMITED"
     nodes: PositiveInt | None = None
+    #: Nodes a job holds beyond those it runs on, to replace a failed node within seconds
+    #: (a job's --spare-nodes overrides it).
+    spare_nodes: NonNegativeInt = 0
     qos: SafeStr | None = None
     priority_tier: NonNegativeInt | None = None
     preemptible: bool = False

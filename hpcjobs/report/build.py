@@ -26,6 +26,7 @@ from hpcjobs.report.goodput import (
     step_times,
 )
 from hpcjobs.runtime.progress import Report
+from hpcjobs.runtime.supervisor.eventlog import IN_JOB
 
 if TYPE_CHECKING:
     from hpcjobs.jobs.chain import Chain, ChainRef, Interruption
@@ -382,9 +383,10 @@ def _mark_from_events(runs: list[RunReport], chain: Chain) -> None:
             if event.event == "signal" and (event.job_id, event.restart) == (run.job_id, run.index):
                 if run.signal_at is None:
                     run.signal_at = event.time
-            elif event.event == "requeue" and (event.stopped_job, event.stopped_run) == (
-                run.job_id,
-                run.index,
+            elif (
+                event.event == "requeue"
+                and (event.stopped_job, event.stopped_run) == (run.job_id, run.index)
+                and event.text("how") != IN_JOB  # the run went on inside its job
             ):
                 run.cause = event.cause
             elif event.event == "end" and (event.job_id, event.restart) == (run.job_id, run.index):

@@ -224,6 +224,8 @@ class JobSpec(_Model):
     name: Annotated[SafeStr, Field(min_length=1, max_length=200)] | None = None
     partition: Word | None = None
     nodes: Annotated[int, _count(1)] = 1
+    #: Nodes held beyond ``nodes`` to replace a failed one inside the job (None: the site's).
+    spare_nodes: Annotated[int, _count(0)] | None = None
     gpus_per_node: Annotated[int, _count(0)] | None = None
     ntasks_per_node: Annotated[int, _count(1)] | None = None
     cpus_per_task: Annotated[int, _count(1)] | None = None
@@ -421,7 +423,7 @@ def resolve_spec(
     part = site.partition(spec.partition)
     launcher: Launcher = spec.launcher or part.launcher
     gpus = _check_gpus(spec, part)
-    _check_nodes(spec, part)
+    spare = _check_nodes(spec, part)
     time = spec.time or site.slurm.time
     time_s = _check_time(time, part)
     ntasks = _tasks_per_node(spec, launcher, gpus)
@@ -446,6 +448,7 @@ def resolve_spec(
         update={
             "name": name,
             "partition": part.name,
+            "spare_nodes": spare,
             "gpus_per_node": gpus,
             "ntasks_per_node": ntasks,
             "cpus_per_task": cpus,
@@ -472,13 +475,23 @@ def _check_gpus(spec: JobSpec, part: Partition) -> int:
     return gpus
 
 
-def _check_nodes(spec: JobSpec, part: Partition) -> None:
+def _check_nodes(spec: JobSpec, part: Partition) -> int:
+    """The job's spare nodes, once its nodes and spares fit the partition."""
     if spec.nodes > part.max_nodes:
         raise BadInputError(
             f"{spec.nodes} nodes requested, but partition {part.name!r} allows at most "
             f"{part.max_nodes}",
             hint=f"ask for at most -N {part.max_nodes}, or pick another partition",
         )
+    spare = part.spare_nodes if spec.spare_nodes is None else spec.spare_nodes
+    if spec.nodes + spare > part.max_nodes:
+        raise BadInputError(
+            f"{spec.nodes} nodes and {spare} spare node(s) requested, but partition "
+            f"{part.name!r} allows at most {part.max_nodes} nodes per job",
+            hint=f"ask for at most {part.max_nodes - spec.nodes} spare node(s) "
+            "(--spare-nodes), or fewer nodes",
+        )
+    return spare
 
 
 def _check_time(time: str, part: Partition) -> int | None:

@@ -168,7 +168,7 @@ def sbatch_args(job: JobSpec, part: Partition, extra: list[str]) -> list[str]:
     args = [
         f"--job-name={job.name}",
         f"--partition={job.partition}",
-        f"--nodes={job.nodes}",
+        f"--nodes={job.nodes + (job.spare_nodes or 0)}",
         f"--ntasks-per-node={tasks}",
         f"--cpus-per-task={cpus}",
     ]
@@ -188,6 +188,9 @@ def sbatch_args(job: JobSpec, part: Partition, extra: list[str]) -> list[str]:
         f"--signal=B:{job.requeue.signal}@{job.requeue.lead_time}",
         "--requeue" if job.requeue.enabled else "--no-requeue",
     ]
+    if job.spare_nodes:
+        # A failed node leaves the job instead of ending it: a spare takes its place.
+        args.append("--no-kill")
     if job.array:
         args.append(f"--array={job.array}")
     if job.dependency:
@@ -310,6 +313,8 @@ def _policy(job: JobSpec, site: SiteConfig, signals: list[str], continuation: li
         health_timeout=faults["health_check_timeout"],
         patterns=list(faults["patterns"]),
         sbatch_args=continuation,
+        nodes=job.nodes,
+        spare_nodes=job.spare_nodes or 0,
     )
     return dump(policy)
 

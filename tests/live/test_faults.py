@@ -210,14 +210,14 @@ def test_node_down_resumes_on_other_nodes_within_seconds(cluster: Cluster) -> No
     assert all(victim not in nodes for nodes in later)
 
 
-def test_batch_host_dies_and_the_standby_takes_over(cluster: Cluster) -> None:
-    job = cluster.submit("fault-batch-host", *TWO_NODES, steps=150)
-    job.progress_at_least(20)
+def batch_host_dies(job: Job) -> tuple[str, float, Interruption, Event, list[str]]:
+    """The batch host of ``job``'s first run dies: its Slurm daemons fall silent, its processes
+    are gone (the batch script among them, so nothing of that run can act); then Slurm marks it
+    DOWN. (batch host, when, the interruption, the next run's start, its nodes)."""
+    cluster = job.cluster
     batch = events(job.chain, "start")[0].detail.split("batch=")[1]
     job_pids, daemons = node_processes(cluster.env["SLURM_CONF"], job.root, batch)
     assert job_pids and daemons, "no process of the job found on its batch host"
-    # The host dies: its Slurm daemons fall silent, its processes are gone (the batch script
-    # among them, so nothing of this run can act); then Slurm marks it DOWN.
     _signal_all(daemons, signal.SIGSTOP)
     try:
         _signal_all(job_pids, signal.SIGKILL)
@@ -230,6 +230,13 @@ def test_batch_host_dies_and_the_standby_takes_over(cluster: Cluster) -> None:
                 _signal_all(daemons, signal.SIGCONT)
     finally:
         _signal_all(daemons, signal.SIGCONT)
+    return batch, down_at, stop, start, nodes
+
+
+def test_batch_host_dies_and_the_standby_takes_over(cluster: Cluster) -> None:
+    job = cluster.submit("fault-batch-host", *TWO_NODES, steps=150)
+    job.progress_at_least(20)
+    batch, down_at, stop, start, nodes = batch_host_dies(job)
     chain = job.ended()
 
     assert stop.cause == "node_failure", job.chain_file.read_text()

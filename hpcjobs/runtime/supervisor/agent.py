@@ -18,6 +18,12 @@ and, where ``nvidia-smi`` exists, samples the node's GPUs into ``gpu-<root>/<nod
 shared folder sees a few metadata operations per node every few seconds, whatever the number of
 ranks or their step rate. On SIGHUP (the supervisor, once the program's step has ended) it
 writes once more and removes its node-local folder.
+
+In a job with spare nodes (submitted ``--no-kill``) Slurm keeps the job running when its batch
+host fails, without it: nothing of the supervisor is left, and the standby waits for a job that
+never ends. One agent, the deputy (on the job's first other node), asks Slurm once per cycle
+whether the batch host is still in the job; when it is not, the deputy logs the fault in the
+chain's event log (``seen_by``: its node) and cancels the job, and the standby takes over.
 """
 
 from __future__ import annotations
@@ -95,6 +101,8 @@ class Agent:
         gpu_query: str = "",
         gpu_dir: str = "",
         since: float | None = None,
+        watch: str = "",
+        chain_log: str = "",
     ) -> None:
         self.local = local
         self.shared = shared
@@ -110,6 +118,10 @@ class Agent:
         self.stopping = False
         self.next_gpu = 0.0
         self.sampler: threading.Thread | None = None
+        #: The deputy's: the batch host it watches ("": not the deputy), the chain's event log.
+        self.watch = watch
+        self.chain_log = chain_log
+        self.batch_lost = False
 
     def run(self) -> int:
         """Cycle until SIGHUP or SIGINT (what the supervisor sends when the step has ended) or
@@ -171,6 +183,39 @@ class Agent:
         self._write_summary(now_wall)
         if history:
             self._append_history(history)
+        if self.watch and not self.batch_lost and not self.stopping:
+            self.watch_batch_host()
+
+    def watch_batch_host(self) -> None:
+        """The deputy: when Slurm shows the job running without its batch host, log the fault
+        and cancel the job, so that its standby takes over (see the module docs)."""
+        query = ["squeue", "-h", "-j", self.job, "-o", "%T %N"]
+        words = _slurm(query).split()
+        if len(words) != 2 or words[0] != "RUNNING":
+            return
+        nodes = _slurm(["scontrol", "show", "hostnames", words[1]]).split()
+        if not nodes or self.watch in nodes:
+            return
+        self.batch_lost = True
+        if self.chain_log:
+            from .causes import NODE_FAILURE
+            from .eventlog import EventLog
+
+            job_id, restart = _self_id(), int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+            evidence = (
+                f"batch host {self.watch} left job {job_id}; seen by the agent on {self.node}"
+            )
+            with contextlib.suppress(OSError):
+                EventLog(self.chain_log, job_id, restart).append(
+                    "fault",
+                    NODE_FAILURE,
+                    f"node={self.watch} job={job_id} evidence={evidence}",
+                    node=self.watch,
+                    stopped_job=job_id,
+                    evidence=evidence,
+                    seen_by=self.node,
+                )
+        _slurm(["scancel", "--quiet", self.job])
 
     def sample_gpus(self) -> None:
         """Start a GPU sample when one is due (every ``gpu_every`` s, on its own schedule: the
@@ -302,6 +347,26 @@ class Agent:
                 os.close(fd)
         except OSError:
             pass
+
+
+def _slurm(argv: list[str]) -> str:
+    """A Slurm command's output ("" when it fails)."""
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def _self_id() -> str:
+    """The job's id as the chain names it (``<array job>_<task>`` for an array task)."""
+    array, task = (
+        os.environ.get("SLURM_ARRAY_JOB_ID", ""),
+        os.environ.get("SLURM_ARRAY_TASK_ID", ""),
+    )
+    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID", "0")
 
 
 class Summary(NamedTuple):

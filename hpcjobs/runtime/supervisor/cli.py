@@ -51,7 +51,7 @@ def _program() -> list[str]:
 def _agent(argv: list[str]) -> int:
     import argparse
 
-    from .agent import Agent, local_dir
+    from .agent import Agent, local_dir, node_name
 
     parser = argparse.ArgumentParser(prog="hpcjobs-supervisor agent", allow_abbrev=False)
     parser.add_argument("--shared", required=True, help="the chain's progress folder")
@@ -60,7 +60,11 @@ def _agent(argv: list[str]) -> int:
     parser.add_argument("--gpu-query", default="", help="nvidia-smi --query-gpu fields")
     parser.add_argument("--gpu-dir", default="", help="where <node>.csv goes")
     parser.add_argument("--since", type=float, default=None, help="older reports do not count")
+    parser.add_argument("--deputy", default="", help="the node whose agent watches the batch host")
+    parser.add_argument("--batch-host", default="", help="the job's batch host")
+    parser.add_argument("--chain-log", default="", help="the chain's event log (the deputy's)")
     args = parser.parse_args(argv)
+    deputy = bool(args.deputy) and args.deputy == node_name()
     agent = Agent(
         local_dir(),
         args.shared,
@@ -69,5 +73,7 @@ def _agent(argv: list[str]) -> int:
         args.gpu_query,
         args.gpu_dir,
         since=args.since,
+        watch=args.batch_host if deputy else "",
+        chain_log=args.chain_log,
     )
     return agent.run()

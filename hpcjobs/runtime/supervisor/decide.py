@@ -7,6 +7,7 @@ docs/requeue.md shows it.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 from .causes import (
@@ -16,6 +17,7 @@ from .causes import (
     INFRASTRUCTURE,
     NODE_FAILURE,
     PREEMPTION,
+    STALL,
     TIMEOUT,
     of_slurm_state,
 )
@@ -157,6 +159,22 @@ def excluded_after(current: list[str], new: list[str], limit: int) -> tuple[list
             nodes = [n for n in nodes if n != node] + [node]
     cut = max(len(nodes) - limit, 0)
     return nodes[cut:], nodes[:cut]
+
+
+#: The causes a job with spare nodes recovers from on its own nodes (the faults of a node);
+#: a preemption and the time limit end the allocation itself.
+IN_JOB_CAUSES = frozenset({NODE_FAILURE, INFRASTRUCTURE, STALL})
+
+
+def step_nodes(allocation: Sequence[str], batch: str, bad: Collection[str], size: int) -> list[str]:
+    """The ``size`` nodes a run inside the job takes: the batch host first (the rendezvous is
+    there, and the job lives as long as it does), then the allocation's other nodes in order,
+    none of ``bad``. [] when fewer are left, or the batch host is bad or not in the job."""
+    if batch in bad or batch not in allocation or size < 1:
+        return []
+    rest = [node for node in allocation if node != batch and node not in bad]
+    chosen = [batch, *list(dict.fromkeys(rest))][:size]
+    return chosen if len(chosen) == size else []
 
 
 class Stall(NamedTuple):

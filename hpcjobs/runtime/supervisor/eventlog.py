@@ -58,7 +58,9 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     "standby": ("standby", "standby_for"),
     # What ended a run (cause as for requeue): the suspect node (null: none), the job whose
     # run it ended, and the evidence (a matched log line, a stalled rank, Slurm's state).
-    "fault": ("node", "stopped_job", "evidence"),
+    # ``seen_by``: the node whose agent saw the job's batch host leave a job with spare nodes
+    # (Slurm keeps such a job running without it), and ended the job for its standby.
+    "fault": ("node", "stopped_job", "evidence", "seen_by"),
     # The nodes every later run leaves out (the whole list), those let go to stay within
     # ``limit``.
     "exclude": ("nodes", "released", "limit"),
@@ -69,10 +71,12 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
 }
 
 #: How a ``requeue`` went on: the run continued as a new job (or its standby); its standby took
-#: over after it died without a word; Slurm requeued the job itself; or hpcjobs asked Slurm to
-#: requeue it because no continuation could be submitted.
+#: over after it died without a word; Slurm requeued the job itself; hpcjobs asked Slurm to
+#: requeue it because no continuation could be submitted; or the next run started inside the
+#: same job, on its remaining nodes (spare nodes: no queue, the same job and restart count).
 CONTINUED, TOOK_OVER, SLURM, SLURM_FALLBACK = "continued", "took_over", "slurm", "slurm_fallback"
-HOWS = (CONTINUED, TOOK_OVER, SLURM, SLURM_FALLBACK)
+IN_JOB = "in_job"
+HOWS = (CONTINUED, TOOK_OVER, SLURM, SLURM_FALLBACK, IN_JOB)
 
 _COMMON = ("v", "time", "job", "restart", "event", "cause", "detail")
 
@@ -358,6 +362,13 @@ class Chain:
         """The standby that ``job_id``'s newest run submitted, if any."""
         found = [standby for standby, owner in self.standbys() if owner == job_id]
         return found[-1] if found else None
+
+    def batch_host_lost(self, job_id: str) -> str:
+        """The batch host a node agent of ``job_id`` saw leave that job ("" if none did)."""
+        for event in self.events:
+            if event.event == "fault" and event.job_id == job_id and event.text("seen_by"):
+                return event.text("node")
+        return ""
 
     def continued_as(self, job_id: str) -> bool:
         """Whether a run logged that the chain continues as ``job_id``."""

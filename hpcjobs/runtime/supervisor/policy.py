@@ -36,6 +36,11 @@ class Policy:
     patterns: list[str] = dataclasses.field(default_factory=list)
     #: The sbatch options a continuation is submitted with.
     sbatch_args: list[str] = dataclasses.field(default_factory=list)
+    #: The nodes a run takes (0: all of the job's).
+    nodes: int = 0
+    #: Nodes the job holds beyond ``nodes``, to replace a lost or suspect node within the job
+    #: (submitted --no-kill: Slurm takes a failed node out of the job instead of ending it).
+    spare_nodes: int = 0
 
 
 def parse(text: str) -> Policy:

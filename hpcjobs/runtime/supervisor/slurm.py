@@ -138,6 +138,13 @@ class Slurm:
     def update(self, job: str, setting: str) -> bool:
         return self.run(["scontrol", "update", "jobid=" + job, setting]).rc == 0
 
+    def shrink(self, job: str, nodes: Sequence[str], folder: str) -> bool:
+        """Release every node of ``job`` but ``nodes`` from its allocation. Slurm writes
+        ``slurm_job_<id>_resize.{sh,csh}`` (the job's new SLURM_* settings) in the folder
+        scontrol runs in: ``folder``, which the caller removes."""
+        argv = ["scontrol", "update", "jobid=" + job, "NodeList=" + ",".join(nodes)]
+        return self.run(argv, cwd=folder).rc == 0
+
     def requeue(self, job: str) -> bool:
         return self.run(["scontrol", "requeue", job]).rc == 0
 

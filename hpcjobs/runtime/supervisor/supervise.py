@@ -6,7 +6,8 @@ happens between the job's start and its end (docs/requeue.md, "The supervisor").
   hand-off off excluded nodes, and a standby for this run;
 - **run**: launch the step, forward the warning signal and SIGTERM to it, watch for a stall;
 - **finish**: classify how the run ended (:mod:`.decide`), and finish, fail, or continue the
-  chain from its last checkpoint, with a standby or a new job, without the nodes at fault.
+  chain from its last checkpoint, with a standby or a new job, without the nodes at fault;
+  or, in a job with spare nodes, run again at once on the job's remaining nodes.
 
 Everything it decides is logged in the chain's event log (:mod:`.eventlog`). Only the standard
 library: the job runs where hpcjobs may not be installed.
@@ -23,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -40,7 +42,7 @@ from .causes import (
     PREEMPTION,
     STALL,
 )
-from .eventlog import CONTINUED, SLURM, SLURM_FALLBACK, TOOK_OVER, Chain, EventLog
+from .eventlog import CONTINUED, IN_JOB, SLURM, SLURM_FALLBACK, TOOK_OVER, Chain, EventLog
 from .policy import Policy
 from .signatures import all_patterns
 from .slurm import Slurm, field, line_value
@@ -51,6 +53,10 @@ from .successor import successor_args, successor_env
 #: At most this much of the job's stderr is read to classify a run's end.
 STDERR_LIMIT = 16 * 1024 * 1024
 
+
+#: Node states that rule a node out of a run ('sinfo %T' prints them in lower case, ``down*``:
+#: ``*`` for not responding).
+NODE_DOWN = re.compile(r"down|drain|fail|not_responding|\*", re.IGNORECASE)
 
 #: How long the agents get to write once more and clean up (an agent on a dead node never
 #: answers: its srun is killed then).
@@ -84,6 +90,26 @@ def _epoch(text: str) -> float | None:
         return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
     except ValueError:
         return None
+
+
+def _resize_settings(path: str) -> dict[str, str | None]:
+    """The settings in Slurm's resize script (``export NAME="value"``, ``unset NAME``;
+    None: unset), {} when there is none."""
+    settings: dict[str, str | None] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read(64 * 1024).splitlines()
+    except OSError:
+        return settings
+    for line in lines:
+        found = re.fullmatch(r'\s*export\s+(SLURM_[A-Z_]+)="?([^"]*)"?\s*', line)
+        if found:
+            settings[found.group(1)] = found.group(2)
+            continue
+        found = re.fullmatch(r"\s*unset\s+(SLURM_[A-Z_]+)\s*", line)
+        if found:
+            settings[found.group(1)] = None
+    return settings
 
 
 class Position(TypedDict):
@@ -145,6 +171,11 @@ class Supervisor:
         self.agents_asking: threading.Thread | None = None
         self.agents_asked = False  # and whether it reached them
         self.watch: StallWatch | None = None
+        self.batch = self.env.get("SLURMD_NODENAME", "")
+        #: With spare nodes: the job's nodes, and those the current run takes (the batch host
+        #: first). Empty otherwise: the run takes all of the job's nodes, as srun picks them.
+        self.allocation: list[str] = []
+        self.step: list[str] = []
 
     # ---- small helpers ------------------------------------------------------------------------
 
@@ -216,8 +247,11 @@ class Supervisor:
             # While the program starts up: it never waits for sbatch. A batch host lost before
             # the standby is there falls back to Slurm's requeue (Requeue=0 comes with it).
             self.standby_submit()
-            rc = self.wait()
-            return self.finish(rc)
+            code = self.finish(self.wait())
+            while code is None:  # a fault this job recovers from on its remaining nodes
+                self.relaunch()
+                code = self.finish(self.wait())
+            return code
         except Exception as exc:
             return self.crashed(exc)
 
@@ -255,7 +289,14 @@ class Supervisor:
                 child.send_signal(signum)
 
     def launch(self) -> None:
-        self.child = subprocess.Popen(self.launch_argv, env=self.env)
+        argv, env = list(self.launch_argv), self.env
+        if self.policy.spare_nodes > 0:
+            # srun takes SLURM_NTASKS (the job's tasks, spares included) for --ntasks: without
+            # it, a run's tasks are its --nodes times --ntasks-per-node.
+            env = {k: v for k, v in env.items() if k not in ("SLURM_NTASKS", "SLURM_NPROCS")}
+            if self.step and argv[:1] == ["srun"]:
+                argv.insert(1, "--nodelist=" + ",".join(self.step))
+        self.child = subprocess.Popen(argv, env=env)
         self.waiting = True  # a signal from here on is the program's, and is logged
         if self.policy.stall_timeout > 0:
             self.watch = StallWatch(
@@ -321,12 +362,18 @@ class Supervisor:
             self.log("the job already finished (done marker present); nothing to do")
             self.chain_ends()
             raise Stop(0)
+        if self.policy.spare_nodes > 0:
+            self.take_nodes()
         self.handoff_if_excluded()
-        step = self.latest_step()
         self.faults_begin()
         self.start_agents()  # from here on every run ends in finish(), which stops them
-        nodelist = self.env.get("SLURM_JOB_NODELIST") or "?"
-        batch = self.env.get("SLURMD_NODENAME") or "?"
+        self.announce(count)
+
+    def announce(self, count: int) -> None:
+        """Log that run ``count`` of the chain begins (its ``start`` event)."""
+        step = self.latest_step()
+        nodelist = ",".join(self.step) or self.env.get("SLURM_JOB_NODELIST") or "?"
+        batch = self.batch or "?"
         self.event(
             "start",
             "-",
@@ -521,11 +568,21 @@ class Supervisor:
                 argv += ["--gpu-every", every, "--gpu-query", query, "--gpu-dir", folder]
             except OSError:
                 pass
+        others = [node for node in self.allocation if node != self.batch]
+        if others:
+            # Should the batch host fail, Slurm keeps this job (--no-kill): the deputy ends it.
+            argv += ["--deputy", others[0], "--batch-host", self.batch]
+            argv += ["--chain-log", self.events.path]
         nodes = self.env.get("SLURM_JOB_NUM_NODES", "1")
         if nodes.isdecimal() and int(nodes) > 1 and shutil.which("srun"):
+            # With spare nodes the agents outlive a failed node (srun --no-kill): the deputy
+            # among them.
+            where = ["--nodelist=" + ",".join(self.allocation)] if self.allocation else []
+            where += ["--no-kill"] if others else []
             argv = [
                 "srun",
                 "--overlap",
+                *where,
                 f"--nodes={nodes}",
                 f"--ntasks={nodes}",
                 "--ntasks-per-node=1",
@@ -777,6 +834,11 @@ class Supervisor:
             # The controller has forgotten it (MinJobAge): accounting knows how and where.
             state, end, nodes = self.slurm.acct_last(pred)
         state = self.final_state(pred, state)
+        lost = self.chain.batch_host_lost(pred)
+        if lost:
+            # A job with spare nodes outlives its batch host: a node agent saw it go, logged
+            # the fault and cancelled the job (CANCELLED in Slurm) for this standby.
+            state = "NODE_FAIL"
         cause = decide.standby_cause(state)
         if cause is None:
             self.event("end", "fail", f"cancelled: job {pred} was cancelled")
@@ -784,7 +846,10 @@ class Supervisor:
             raise Stop(0)
         when = _epoch(end)
         failed: list[str] = []
-        if cause in (NODE_FAILURE, INFRASTRUCTURE):
+        if lost:
+            failed = [lost]
+            self.exclude(cause, failed)
+        elif cause in (NODE_FAILURE, INFRASTRUCTURE):
             failed = self.failed_nodes(pred, nodes, batch)
             evidence = "job {} ended {} without a word (batch host {})".format(
                 pred, state or "?", batch or "?"
@@ -821,6 +886,94 @@ class Supervisor:
             )
         )
         self.enforce_budget(cause)
+
+    def take_nodes(self, bad: Sequence[str] = ()) -> bool:
+        """With spare nodes: choose the nodes the next run takes, and release from the job the
+        nodes no run may take (the chain's excluded nodes, nodes Slurm shows down, ``bad``).
+        False, changing nothing, when the job is not running or too few nodes are left."""
+        info = self.slurm.show_job(self.job)
+        if field(info, "JobState") != "RUNNING":
+            return False
+        allocation = self.slurm.hostnames(field(info, "NodeList"))
+        ruled_out = {*self.chain.excluded(), *bad}
+        if allocation:
+            states = self.slurm.node_states(",".join(allocation))
+            ruled_out |= {node for node, state in states if NODE_DOWN.search(state)}
+        size = self.policy.nodes or len(allocation)
+        step = decide.step_nodes(allocation, self.batch, ruled_out, size)
+        if not step:
+            return False
+        keep = [node for node in allocation if node not in ruled_out]
+        if len(keep) < len(allocation):
+            self.release(keep)
+        self.allocation, self.step = keep, step
+        return True
+
+    def release(self, keep: Sequence[str]) -> None:
+        """Shrink the job to ``keep``: the chain stops paying for the other nodes, and no run
+        can use them. The job's SLURM_* settings follow, as Slurm's resize script sets them."""
+        folder = tempfile.mkdtemp(prefix="hpcjobs-resize-")
+        try:
+            if not self.slurm.shrink(self.job, keep, folder):
+                self.log(f"could not release nodes from job {self.job}; they stay unused")
+            nodes = ",".join(keep)
+            settings: dict[str, str | None] = {
+                "SLURM_JOB_NODELIST": nodes,
+                "SLURM_NODELIST": nodes,
+                "SLURM_JOB_NUM_NODES": str(len(keep)),
+                "SLURM_NNODES": str(len(keep)),
+            }
+            script = os.path.join(folder, f"slurm_job_{self.job}_resize.sh")
+            settings.update(_resize_settings(script))
+            for name, value in settings.items():
+                if value is None:
+                    self.env.pop(name, None)
+                else:
+                    self.env[name] = value
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def stays_in_job(self, cause: str, failed: Sequence[str]) -> bool:
+        """With spare nodes, after a fault of a node: whether the chain runs again inside this
+        job, on its remaining nodes (logged as a requeue, how=in_job). ``failed``: the nodes
+        at fault; they leave the job even where the chain cannot exclude them (a later job of
+        the chain must still fit the partition)."""
+        if self.policy.spare_nodes < 1 or cause not in decide.IN_JOB_CAUSES:
+            return False
+        if not self.take_nodes(failed):
+            self.log(f"{cause}: too few nodes left in job {self.job} to run again in it")
+            return False
+        if self.claimed and self.claimed == self.standby:
+            # The standby stays this job's: it logs a later end of this job without a word.
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(self.run_dir, f".takeover-{self.standby}"))
+            self.claimed = ""
+        nodes = ",".join(self.step)
+        self.event(
+            "requeue",
+            cause,
+            f"continued in job {self.self_id} on {nodes}",
+            how=IN_JOB,
+            stopped_run=self.restart,
+            **self.position(),
+        )
+        self.log(f"{cause}: running again in this job on {nodes}, from the last checkpoint")
+        return True
+
+    def relaunch(self) -> None:
+        """The next run, inside this job, on the nodes :meth:`take_nodes` chose."""
+        self.signal_seen, self.signal_logged = "", False
+        self.agents_asking, self.agents_asked = None, False
+        self.faults_begin()
+        self.start_agents()
+        count = max(self.chain.count("start"), self.restart)
+        self.env["HPCJOBS_RESTART_COUNT"] = str(count)
+        self.announce(count)
+        self.launch()
+        excluded = self.chain.excluded()
+        if self.standby and excluded:
+            # Should this batch host die too, its standby starts without them.
+            self.slurm.update(self.standby, "ExcNodeList=" + ",".join(excluded))
 
     def handoff_if_excluded(self) -> None:
         """This job landed on a node the chain excludes: hand over to a new job without it."""
@@ -882,9 +1035,9 @@ class Supervisor:
             named += self.slurm.hostnames(hostlist)
         if not named and batch and batch != "(null)":
             named = [batch]
-        down = re.compile(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|\*")
         if nodes and nodes != "(null)":
-            named += [node for node, state in self.slurm.node_states(nodes) if down.search(state)]
+            states = self.slurm.node_states(nodes)
+            named += [node for node, state in states if NODE_DOWN.search(state)]
         seen: list[str] = []
         for node in named:
             if node and node not in seen:
@@ -979,11 +1132,13 @@ class Supervisor:
         )
         self.log("{}{}: {}".format(cause, f" on node {suspect}" if suspect else "", evidence))
 
-    def fault_exclude(self, cause: str, suspect: str) -> None:
-        """Exclude the suspect from later runs, unless the site's health check clears it."""
+    def fault_exclude(self, cause: str, suspect: str) -> bool:
+        """Exclude the suspect from later runs, unless the site's health check clears it;
+        whether it was blamed."""
         if not suspect or self.healthy(suspect):
-            return
+            return False
         self.exclude(cause, [suspect])
+        return True
 
     # ---- stalls -------------------------------------------------------------------------------
 
@@ -1053,21 +1208,24 @@ class Supervisor:
                 )
         return cause, suspect, evidence
 
-    def blame_failed_nodes(self) -> None:
-        """A node of this run failed and this batch host lived on: log it, exclude it."""
+    def blame_failed_nodes(self) -> list[str]:
+        """A node of this run failed and this batch host lived on: log it, exclude it; the
+        failed nodes."""
         failed = self.failed_nodes(self.job, self.env.get("SLURM_JOB_NODELIST", ""), "")
         suspect = ",".join(failed)
         self.fault_log(NODE_FAILURE, suspect, f"srun: error: Node failure on {suspect or '?'}")
         if failed:
             self.exclude(NODE_FAILURE, failed)
+        return failed
 
-    def finish(self, rc: int) -> int:
+    def finish(self, rc: int) -> int | None:
         """Decide and act after the launcher exited; the job's exit code. The agents are
         asked to end first and waited for last: after a node failure Slurm kills this job
         within KillWait, and the decision must be logged (and the standby retargeted) before
         that; and the job must end as soon as the standby may start, for the sooner it ends,
         the likelier Slurm's next scheduling pass starts the standby (one that runs between
-        the standby's update and the job's end wastes up to batch_sched_delay, 3 s)."""
+        the standby's update and the job's end wastes up to batch_sched_delay, 3 s). None:
+        the chain runs again inside this job (:meth:`relaunch`)."""
         if self.watch is not None:
             self.watch.close()
         self.ask_agents()
@@ -1076,18 +1234,19 @@ class Supervisor:
         finally:
             self.stop_agents()
 
-    def decide_and_act(self, rc: int) -> int:
+    def decide_and_act(self, rc: int) -> int | None:
         """What :meth:`finish` does once the step has exited."""
         if self.is_done():
             self.event("end", "finish", "done marker present")
             self.chain_ends()
             return 0
         cause, suspect, _evidence = self.classify(rc)
+        failed: list[str] = []
         if cause == NODE_FAILURE:
             # The standby may be logging this already: then leave it to it.
             if self.standby and not self.claim_takeover(self.standby):
                 return rc
-            self.blame_failed_nodes()
+            failed = self.blame_failed_nodes()
         if cause.startswith("requeued_"):
             cause = cause[len("requeued_") :]
             self.event(
@@ -1131,8 +1290,10 @@ class Supervisor:
             else:
                 self.log(f"{cause} (exit code {rc}); not requeued ({used}/{allowed} requeues used)")
             return decide.exit_code(cause, rc, False)
-        if cause in (INFRASTRUCTURE, STALL):
-            self.fault_exclude(cause, suspect)
+        if cause in (INFRASTRUCTURE, STALL) and self.fault_exclude(cause, suspect):
+            failed = [suspect]
+        if self.stays_in_job(cause, failed):
+            return None
         self.continue_chain(cause)
         return 0
 

@@ -1,0 +1,136 @@
+"""Spare nodes on the sandbox: a job holds ``-N 2 --spare-nodes 1`` (all three nodes, so no
+standby could start while a node is down), and after a fault of a node runs again inside the
+same job, on the spare, from its newest complete checkpoint, with the node at fault out of the
+job. Every job runs ``requeue_workload.py``, one rank per node, rank 0 on the batch host.
+
+The partition has 3 nodes and the job needs 3, so the chain excludes nothing (a later job of
+the chain must still fit): the node at fault leaves the job all the same.
+
+The recovery times are measured in benchmarks/fault_bench.py; the bounds here are sanity
+limits for a loaded 2-core machine.
+"""
+
+from __future__ import annotations
+
+from hpcjobs.jobs.chain import Chain, Event
+from tests.live.cluster import Cluster, Job
+from tests.live.test_faults import (
+    NCCL_IB_ERROR,
+    batch_host_dies,
+    events,
+    finished,
+    hung_since,
+    node_down,
+    resumed,
+    run_nodes,
+)
+
+WITH_A_SPARE = ("-N", "2", "--spare-nodes", "1", "--gpus-per-node", "1", "-t", "5:00")
+
+#: Sanity bound on "running again after the fault" inside the job (no queue is involved).
+SANITY_S = 30
+
+
+def job_nodes(cluster: Cluster, job_id: str) -> list[str]:
+    """The nodes Slurm shows in the job now."""
+    text = cluster.slurm("squeue", "-h", "-j", job_id, "-o", "%N").strip()
+    return cluster.slurm("scontrol", "show", "hostnames", text).split() if text else []
+
+
+def in_job(job: Job, chain: Chain) -> tuple[Event, Event]:
+    """The chain's one requeue (how=in_job) and the start after it, both in the first job."""
+    (requeue,) = events(chain, "requeue")
+    starts = events(chain, "start")
+    assert requeue.text("how") == "in_job", job.chain_file.read_text()
+    assert [s.job_id for s in starts] == [job.root, job.root], job.chain_file.read_text()
+    assert chain.job_ids == [job.root]  # no other job ran: the standby never started
+    return requeue, starts[1]
+
+
+def test_a_lost_node_is_replaced_by_the_spare_inside_the_job(cluster: Cluster) -> None:
+    job = cluster.submit("spare-node-down", *WITH_A_SPARE, steps=150)
+    job.progress_at_least(20)
+    first = run_nodes(cluster, events(job.chain, "start")[0])
+    allocated = job_nodes(cluster, job.root)
+    (spare,) = [n for n in allocated if n not in first]
+    victim = first[1]  # not the batch host: rank 1's node
+    with node_down(cluster, victim) as down_at:
+        stop, start = resumed(job)
+        nodes = run_nodes(cluster, start)
+        left = job_nodes(cluster, job.root)
+    chain = job.ended()
+
+    requeue, second = in_job(job, chain)
+    assert (stop.cause, stop.suspect, stop.excluded) == ("node_failure", victim, [])
+    print(f"running again {start.time - down_at:.2f} s after the node went down")
+    assert start.time - down_at <= SANITY_S, (start.time - down_at, job.chain_file.read_text())
+    assert nodes == [first[0], spare] and victim not in left and len(left) == 2
+    assert second.text("batch") == first[0]
+    # From the newest complete checkpoint (the survivor checkpointed on srun's SIGTERM).
+    assert stop.resumed_from == stop.checkpoint_at_stop and stop.resumed_from is not None
+    assert requeue.detail == f"continued in job {job.root} on {first[0]},{spare}"
+    finished(job, chain)
+
+
+def test_an_infrastructure_crash_releases_its_node_and_runs_on_the_spare(
+    cluster: Cluster,
+) -> None:
+    job = cluster.submit(
+        "spare-nccl", *WITH_A_SPARE, steps=120,
+        extra=("--fault", "crash", "--fault-at", "25", "--fault-text", NCCL_IB_ERROR),
+    )  # fmt: skip
+    stop, start = resumed(job, timeout=90)
+    nodes = run_nodes(cluster, start)
+    left = job_nodes(cluster, job.root)
+    chain = job.ended()
+
+    in_job(job, chain)
+    first = run_nodes(cluster, events(chain, "start")[0])
+    suspect = first[1]
+    assert (stop.cause, stop.suspect, stop.excluded) == ("infrastructure", suspect, [])
+    (fault,) = events(chain, "fault")
+    print(f"running again {start.time - fault.time:.2f} s after the crash was seen")
+    assert start.time - fault.time <= SANITY_S, job.chain_file.read_text()
+    # The suspect left the job: the chain no longer pays for it.
+    assert suspect not in nodes and suspect not in left and len(left) == 2
+    assert stop.resumed_from == stop.checkpoint_at_stop
+    finished(job, chain)
+
+
+def test_a_stalled_rank_is_replaced_by_the_spare(cluster: Cluster) -> None:
+    timeout = 8
+    job = cluster.submit(
+        "spare-stall", *WITH_A_SPARE, "--stall-timeout", str(timeout), steps=300,
+        extra=("--fault", "hang", "--fault-at", "20"),
+    )  # fmt: skip
+    stop, start = resumed(job, timeout=120)
+    hung_at = hung_since(job.chain)
+    nodes = run_nodes(cluster, start)
+    left = job_nodes(cluster, job.root)
+    chain = job.ended(timeout=180)
+
+    in_job(job, chain)
+    first = run_nodes(cluster, events(chain, "start")[0])
+    assert (stop.cause, stop.suspect, stop.excluded) == ("stall", first[1], [])
+    print(f"running again {start.time - hung_at:.2f} s after the last step ({timeout} s timeout)")
+    assert start.time - hung_at <= timeout + SANITY_S, job.chain_file.read_text()
+    assert first[1] not in nodes and first[1] not in left and len(left) == 2
+    finished(job, chain)
+
+
+def test_the_standby_still_takes_over_when_the_batch_host_dies(cluster: Cluster) -> None:
+    """The job lives as long as its batch host: with spares too, its standby takes over. One
+    node and one spare, so that the standby (two nodes) fits without the dead host."""
+    job = cluster.submit(
+        "spare-batch-host", "-N", "1", "--spare-nodes", "1", "--gpus-per-node", "1",
+        "-t", "5:00", steps=150,
+    )  # fmt: skip
+    job.progress_at_least(20)
+    batch, down_at, stop, start, nodes = batch_host_dies(job)
+    chain = job.ended()
+
+    assert stop.cause == "node_failure", job.chain_file.read_text()
+    assert start.job_id != job.root and stop.how.startswith(f"standby job {start.job_id}")
+    assert stop.suspect == batch and stop.excluded == [batch] and batch not in nodes
+    assert start.time - down_at <= 60, (start.time - down_at, job.chain_file.read_text())
+    finished(job, chain)

@@ -1,0 +1,275 @@
+"""Spare nodes: a job holds N+K nodes, runs on N, and after a fault of a node runs again inside
+the job on the nodes left, with a fake Slurm (tests/live/test_spares.py runs the same paths on
+a real one)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpcjobs.config.loader import load_site
+from hpcjobs.errors import BadInputError
+from hpcjobs.runtime.supervisor import decide
+from hpcjobs.runtime.supervisor.policy import Policy, dump, parse
+from hpcjobs.runtime.supervisor.supervise import Supervisor, _resize_settings
+from hpcjobs.script.jobspec import JobSpec
+from hpcjobs.script.render import render_job
+from tests.eventlines import events_in, line
+from tests.unit.test_standby import FakeClock, FakeSlurm
+
+
+@pytest.mark.parametrize(
+    ("allocation", "batch", "bad", "size", "chosen"),
+    [
+        (["n1", "n2", "n3"], "n1", [], 2, ["n1", "n2"]),
+        (["n1", "n2", "n3"], "n1", ["n2"], 2, ["n1", "n3"]),
+        (["n1", "n2", "n3"], "n2", [], 2, ["n2", "n1"]),
+        (["n1", "n2", "n3"], "n1", ["n2", "n3"], 2, []),
+        (["n1", "n2", "n3"], "n1", ["n1"], 2, []),
+        (["n2", "n3"], "n1", [], 1, []),
+        (["n1", "n2", "n3"], "n1", [], 3, ["n1", "n2", "n3"]),
+    ],
+    ids=["first-n", "skip-bad", "batch-first", "too-few", "batch-bad", "batch-gone", "all"],
+)
+def test_step_nodes(
+    allocation: list[str], batch: str, bad: list[str], size: int, chosen: list[str]
+) -> None:
+    assert decide.step_nodes(allocation, batch, bad, size) == chosen
+
+
+def test_the_causes_a_job_recovers_from_itself_are_faults_of_a_node() -> None:
+    assert {"node_failure", "infrastructure", "stall"} == decide.IN_JOB_CAUSES
+
+
+def test_the_policy_carries_nodes_and_spares() -> None:
+    policy = Policy(nodes=2, spare_nodes=1)
+    assert parse(dump(policy)) == policy
+
+
+def test_resize_settings_are_read_from_slurms_script(tmp_path: Path) -> None:
+    script = tmp_path / "slurm_job_7_resize.sh"
+    script.write_text(
+        'export SLURM_NODELIST="n[1,3]"\nexport SLURM_JOB_NODELIST="n[1,3]"\n'
+        'export SLURM_NNODES=2\nexport SLURM_JOB_CPUS_PER_NODE="4(x2)"\n'
+        "unset SLURM_TASKS_PER_NODE\nexport PATH=/evil\n"
+    )
+    assert _resize_settings(str(script)) == {
+        "SLURM_NODELIST": "n[1,3]",
+        "SLURM_JOB_NODELIST": "n[1,3]",
+        "SLURM_NNODES": "2",
+        "SLURM_JOB_CPUS_PER_NODE": "4(x2)",
+        "SLURM_TASKS_PER_NODE": None,
+    }
+    assert _resize_settings(str(tmp_path / "none")) == {}
+
+
+# ---- the supervisor ---------------------------------------------------------------------------
+
+
+class JobSlurm(FakeSlurm):
+    """A running job 300 on n[1-3], batch host n1; shrinking it writes Slurm's resize script."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs["300"] = {"JobState": "RUNNING", "NodeList": "n[1-3]"}
+        self.shrunk: list[list[str]] = []
+
+    def shrink(self, job: str, nodes: Sequence[str], folder: str) -> bool:
+        self.shrunk.append(list(nodes))
+        self.jobs[job]["NodeList"] = ",".join(nodes)
+        Path(folder, f"slurm_job_{job}_resize.sh").write_text(
+            f'export SLURM_JOB_NODELIST="{",".join(nodes)}"\nunset SLURM_TASKS_PER_NODE\n'
+        )
+        return True
+
+
+def _supervisor(tmp_path: Path, slurm: JobSlurm, spare: int = 1) -> Supervisor:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    (tmp_path / "ckpt").mkdir(exist_ok=True)
+    env = {
+        "SLURM_JOB_ID": "300",
+        "SLURMD_NODENAME": "n1",
+        "SLURM_JOB_NODELIST": "n[1-3]",
+        "SLURM_JOB_NUM_NODES": "3",
+        "SLURM_NTASKS": "3",
+        "SLURM_TASKS_PER_NODE": "1(x3)",
+        "HPCJOBS_RUN_DIR": str(run_dir),
+        "HPCJOBS_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "HPCJOBS_CHAIN_ROOT": "300",
+        "SLURM_JOB_PARTITION": "batch",
+    }
+    (run_dir / "chain-300.jsonl").write_text(
+        line("300", "start", checkpoint=-1, nodelist="n1,n2", batch="n1")
+    )
+    clock = FakeClock()
+    sup = Supervisor(
+        Policy(budgets={"node_failure": 3, "stall": 3}, nodes=2, spare_nodes=spare),
+        "/o/job.sh",
+        ["srun", "--nodes=2", "prog"],
+        slurm=slurm,  # type: ignore[arg-type]
+        env=env,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    sup.root = "300"
+    return sup
+
+
+def test_a_failed_node_is_replaced_by_the_spare(tmp_path: Path) -> None:
+    slurm = JobSlurm()
+    sup = _supervisor(tmp_path, slurm)
+    assert sup.take_nodes()
+    assert (sup.allocation, sup.step, slurm.shrunk) == (["n1", "n2", "n3"], ["n1", "n2"], [])
+    # n2 fails: Slurm took it out of the job (--no-kill), and shows it down.
+    slurm.jobs["300"]["NodeList"] = "n1,n3"
+    slurm.nodes["n2"] = "down*"
+    assert sup.stays_in_job("node_failure", ["n2"])
+    assert (sup.allocation, sup.step, slurm.shrunk) == (["n1", "n3"], ["n1", "n3"], [])
+    (requeue,) = [
+        e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == "requeue"
+    ]
+    assert (requeue.cause, requeue.text("how"), requeue.stopped_run) == (
+        "node_failure",
+        "in_job",
+        0,
+    )
+    assert requeue.detail == "continued in job 300 on n1,n3"
+
+
+def test_a_suspect_still_in_the_job_is_released_from_it(tmp_path: Path) -> None:
+    slurm = JobSlurm()
+    sup = _supervisor(tmp_path, slurm)
+    (tmp_path / "run" / "chain-300.jsonl").open("a").write(
+        line("300", "exclude", cause="stall", nodes=["n2"], released=[], limit=8)
+    )
+    assert sup.stays_in_job("stall", [])
+    assert slurm.shrunk == [["n1", "n3"]]
+    assert sup.step == ["n1", "n3"]
+    # The job's settings follow Slurm's resize script.
+    assert sup.env["SLURM_JOB_NODELIST"] == "n1,n3" and sup.env["SLURM_JOB_NUM_NODES"] == "2"
+    assert "SLURM_TASKS_PER_NODE" not in sup.env
+
+
+@pytest.mark.parametrize("why", ["too few nodes", "no spares", "preemption", "not running"])
+def test_otherwise_the_chain_continues_in_another_job(tmp_path: Path, why: str) -> None:
+    slurm = JobSlurm()
+    sup = _supervisor(tmp_path, slurm, spare=0 if why == "no spares" else 1)
+    cause = "preemption" if why == "preemption" else "node_failure"
+    if why == "too few nodes":
+        slurm.jobs["300"]["NodeList"] = "n1,n3"
+        slurm.nodes["n3"] = "drain"
+    if why == "not running":
+        slurm.jobs["300"]["JobState"] = "COMPLETING"
+    assert not sup.stays_in_job(cause, ["n2"])
+    assert sup.step == [] and slurm.shrunk == []
+    assert [
+        e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == "requeue"
+    ] == []
+
+
+def test_a_run_in_the_job_takes_its_nodes_and_not_the_jobs_task_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[tuple[list[str], dict[str, str]]] = []
+
+    class Popen:
+        def __init__(self, argv: list[str], env: dict[str, str], **_: Any) -> None:
+            started.append((argv, env))
+
+    monkeypatch.setattr(subprocess, "Popen", Popen)
+    sup = _supervisor(tmp_path, JobSlurm())
+    assert sup.take_nodes()
+    sup.launch()
+    ((argv, env),) = started
+    assert argv == ["srun", "--nodelist=n1,n2", "--nodes=2", "prog"]
+    assert "SLURM_NTASKS" not in env and sup.env["SLURM_NTASKS"] == "3"
+
+
+# ---- submission -------------------------------------------------------------------------------
+
+
+def _sandbox_render(**fields: Any) -> Any:
+    site = load_site("sandbox")
+    spec = JobSpec(command=["python3", "train.py"], output_dir="/o", **fields)
+    return render_job(spec, site)
+
+
+def test_spares_add_to_the_allocation_and_keep_the_job_on_a_node_failure() -> None:
+    rendered = _sandbox_render(nodes=2, spare_nodes=1)
+    assert "--nodes=3" in rendered.sbatch_args and "--no-kill" in rendered.sbatch_args
+    assert "srun --nodes=2 " in rendered.script
+    policy = rendered.script.split("hpcjobs_policy=", 1)[1].split("\n", 1)[0]
+    assert '"nodes":2' in policy and '"spare_nodes":1' in policy
+
+
+def test_no_spares_no_no_kill() -> None:
+    rendered = _sandbox_render(nodes=2)
+    assert "--nodes=2" in rendered.sbatch_args and "--no-kill" not in rendered.sbatch_args
+
+
+def test_spares_must_fit_the_partition() -> None:
+    with pytest.raises(BadInputError) as caught:
+        _sandbox_render(nodes=3, spare_nodes=1)
+    assert "spare node" in str(caught.value) and "--spare-nodes" in (caught.value.hint or "")
+
+
+# ---- the batch host lost: the deputy ends the job, the standby takes over ---------------------
+
+
+def test_the_standby_of_a_job_whose_deputy_saw_the_batch_host_go_takes_over(
+    tmp_path: Path,
+) -> None:
+    """Slurm keeps a --no-kill job without its batch host; the deputy logged the fault and
+    cancelled the job. The standby takes over as after a node failure, not as after a cancel."""
+    slurm = FakeSlurm()
+    slurm.jobs["300"] = {"JobState": "CANCELLED", "NodeList": "n2", "BatchHost": "n1"}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "chain-300.jsonl").write_text(
+        line("300", "start", checkpoint=-1, nodelist="n1,n2", batch="n1")
+        + line("300", "standby", standby="301", standby_for="300")
+        + line(
+            "300",
+            "fault",
+            cause="node_failure",
+            node="n1",
+            stopped_job="300",
+            evidence="batch host n1 left job 300; seen by the agent on n2",
+            seen_by="n2",
+        )
+    )
+    clock = FakeClock()
+    env = {
+        "SLURM_JOB_ID": "301",
+        "HPCJOBS_RUN_DIR": str(tmp_path / "run"),
+        "HPCJOBS_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "HPCJOBS_CHAIN_ROOT": "300",
+        "HPCJOBS_STANDBY_FOR": "300",
+        "SLURM_JOB_PARTITION": "batch",
+        "SLURM_JOB_NUM_NODES": "2",
+    }
+    sup = Supervisor(
+        Policy(budgets={"node_failure": 3}),
+        "/o/job.sh",
+        ["true"],
+        slurm=slurm,  # type: ignore[arg-type]
+        env=env,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    sup.root = "300"
+    sup.after_standby_release()
+    chain = sup.chain
+    assert chain.batch_host_lost("300") == "n1" and chain.batch_host_lost("301") == ""
+    assert [e.event for e in chain.events] == ["start", "standby", "fault", "exclude", "requeue"]
+    requeue = chain.events[-1]
+    assert (requeue.cause, requeue.text("how"), requeue.text("slurm_state")) == (
+        "node_failure",
+        "took_over",
+        "NODE_FAIL",
+    )
+    assert chain.excluded() == ["n1"]
