@@ -11,6 +11,7 @@ import click
 from hpcjobs.cli.common import chains_for, slurm_access
 from hpcjobs.cli.options import host_option
 from hpcjobs.errors import SlurmError
+from hpcjobs.runtime.supervisor.eventlog import IN_JOB
 
 if TYPE_CHECKING:
     from hpcjobs.jobs.chain import ChainRef, Event
@@ -196,8 +197,8 @@ def _stops_by_run(ref: ChainRef | None) -> dict[tuple[str, int], str]:
         return stops
     events = ref.chain.events
     for event in events:
-        if event.event != "requeue":
-            continue
+        if event.event != "requeue" or event.text("how") == IN_JOB:
+            continue  # a run that went on inside its job did not stop there
         stops[(event.stopped_job, event.stopped_run)] = f"{event.cause} ({event.detail})"
     last = events[-1] if events else None
     if last is not None and last.event == "end":

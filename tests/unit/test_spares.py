@@ -20,6 +20,7 @@ from hpcjobs.script.jobspec import JobSpec
 from hpcjobs.script.render import render_job
 from tests.eventlines import events_in, line
 from tests.unit.test_standby import FakeClock, FakeSlurm
+from tests.unit.test_standby import _supervisor as standby_supervisor
 
 
 @pytest.mark.parametrize(
@@ -77,6 +78,10 @@ class JobSlurm(FakeSlurm):
         super().__init__()
         self.jobs["300"] = {"JobState": "RUNNING", "NodeList": "n[1-3]"}
         self.shrunk: list[list[str]] = []
+        self.time_left = "1:00:00"
+
+    def queue_value(self, job: str, fmt: str, steps: bool = False) -> list[str]:
+        return [self.time_left] if fmt == "%L" else super().queue_value(job, fmt, steps)
 
     def shrink(self, job: str, nodes: Sequence[str], folder: str) -> bool:
         self.shrunk.append(list(nodes))
@@ -130,6 +135,8 @@ def test_a_failed_node_is_replaced_by_the_spare(tmp_path: Path) -> None:
     slurm.nodes["n2"] = "down*"
     assert sup.stays_in_job("node_failure", ["n2"])
     assert (sup.allocation, sup.step, slurm.shrunk) == (["n1", "n3"], ["n1", "n3"], [])
+    # The job's settings follow its nodes: the agents start on the two left.
+    assert (sup.env["SLURM_JOB_NODELIST"], sup.env["SLURM_JOB_NUM_NODES"]) == ("n1,n3", "2")
     (requeue,) = [
         e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == "requeue"
     ]
@@ -155,16 +162,23 @@ def test_a_suspect_still_in_the_job_is_released_from_it(tmp_path: Path) -> None:
     assert "SLURM_TASKS_PER_NODE" not in sup.env
 
 
-@pytest.mark.parametrize("why", ["too few nodes", "no spares", "preemption", "not running"])
+@pytest.mark.parametrize(
+    "why",
+    ["too few nodes", "no spares", "preemption", "not running", "signal", "time limit near"],
+)
 def test_otherwise_the_chain_continues_in_another_job(tmp_path: Path, why: str) -> None:
     slurm = JobSlurm()
     sup = _supervisor(tmp_path, slurm, spare=0 if why == "no spares" else 1)
     cause = "preemption" if why == "preemption" else "node_failure"
     if why == "too few nodes":
         slurm.jobs["300"]["NodeList"] = "n1,n3"
-        slurm.nodes["n3"] = "drain"
+        slurm.nodes["n3"] = "drained"
     if why == "not running":
         slurm.jobs["300"]["JobState"] = "COMPLETING"
+    if why == "signal":
+        sup.signal_seen = "warning"
+    if why == "time limit near":
+        slurm.time_left = "6:59"  # the warning (300 s before the end, at most 120 s late) is near
     assert not sup.stays_in_job(cause, ["n2"])
     assert sup.step == [] and slurm.shrunk == []
     assert [
@@ -242,26 +256,7 @@ def test_the_standby_of_a_job_whose_deputy_saw_the_batch_host_go_takes_over(
             seen_by="n2",
         )
     )
-    clock = FakeClock()
-    env = {
-        "SLURM_JOB_ID": "301",
-        "HPCJOBS_RUN_DIR": str(tmp_path / "run"),
-        "HPCJOBS_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
-        "HPCJOBS_CHAIN_ROOT": "300",
-        "HPCJOBS_STANDBY_FOR": "300",
-        "SLURM_JOB_PARTITION": "batch",
-        "SLURM_JOB_NUM_NODES": "2",
-    }
-    sup = Supervisor(
-        Policy(budgets={"node_failure": 3}),
-        "/o/job.sh",
-        ["true"],
-        slurm=slurm,  # type: ignore[arg-type]
-        env=env,
-        clock=clock,
-        sleep=clock.sleep,
-    )
-    sup.root = "300"
+    sup = standby_supervisor(tmp_path, slurm, FakeClock(), HPCJOBS_STANDBY_FOR="300")
     sup.after_standby_release()
     chain = sup.chain
     assert chain.batch_host_lost("300") == "n1" and chain.batch_host_lost("301") == ""
@@ -273,3 +268,17 @@ def test_the_standby_of_a_job_whose_deputy_saw_the_batch_host_go_takes_over(
         "NODE_FAIL",
     )
     assert chain.excluded() == ["n1"]
+
+
+def test_exclusions_leave_room_for_the_nodes_and_spares_every_later_job_asks_for(
+    tmp_path: Path,
+) -> None:
+    """The job shrank to 2 nodes; a later job still asks for 3 of the partition's 4: at most
+    one node may be excluded, not two."""
+    slurm = JobSlurm()
+    slurm.partition_nodes = lambda partition: 4  # type: ignore[method-assign]
+    sup = _supervisor(tmp_path, slurm)
+    sup.env["SLURM_JOB_NUM_NODES"] = "2"
+    sup.exclude("stall", ["n2"])
+    sup.exclude("stall", ["n3"])
+    assert sup.chain.excluded() == ["n3"]

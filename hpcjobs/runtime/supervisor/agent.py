@@ -38,6 +38,9 @@ import threading
 import time
 from typing import NamedTuple
 
+from .causes import NODE_FAILURE
+from .eventlog import EventLog
+
 #: The node history grows to about this many bytes before every other line is dropped.
 LOG_LIMIT = 4 << 20
 #: The node-local folder under which each node's ranks report (set by the supervisor).
@@ -122,6 +125,7 @@ class Agent:
         self.watch = watch
         self.chain_log = chain_log
         self.batch_lost = False
+        self.fault_logged = False
 
     def run(self) -> int:
         """Cycle until SIGHUP or SIGINT (what the supervisor sends when the step has ended) or
@@ -188,34 +192,48 @@ class Agent:
 
     def watch_batch_host(self) -> None:
         """The deputy: when Slurm shows the job running without its batch host, log the fault
-        and cancel the job, so that its standby takes over (see the module docs)."""
+        and cancel the job, so that its standby takes over; a job without a standby (an array
+        task, a chain out of node failure budget) goes back to Slurm's requeue instead, and is
+        cancelled only where Slurm refuses that (see the module docs)."""
         query = ["squeue", "-h", "-j", self.job, "-o", "%T %N"]
-        words = _slurm(query).split()
+        words = _slurm(query)[1].split()
         if len(words) != 2 or words[0] != "RUNNING":
             return
-        nodes = _slurm(["scontrol", "show", "hostnames", words[1]]).split()
+        nodes = _slurm(["scontrol", "show", "hostnames", words[1]])[1].split()
         if not nodes or self.watch in nodes:
             return
-        self.batch_lost = True
-        if self.chain_log:
-            from .causes import NODE_FAILURE
-            from .eventlog import EventLog
-
-            job_id, restart = _self_id(), int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-            evidence = (
-                f"batch host {self.watch} left job {job_id}; seen by the agent on {self.node}"
-            )
+        log = self.event_log()
+        standby = log.read().standby_for(log.job_id) if log is not None else None
+        if not standby and _slurm(["scontrol", "requeue", self.job])[0]:
+            self.batch_lost = True
+            return
+        if log is not None and not self.fault_logged:
+            self.fault_logged = True
+            evidence = f"batch host {self.watch} left job {log.job_id} (seen from {self.node})"
             with contextlib.suppress(OSError):
-                EventLog(self.chain_log, job_id, restart).append(
+                log.append(
                     "fault",
                     NODE_FAILURE,
-                    f"node={self.watch} job={job_id} evidence={evidence}",
+                    f"node={self.watch} job={log.job_id} evidence={evidence}",
                     node=self.watch,
-                    stopped_job=job_id,
+                    stopped_job=log.job_id,
                     evidence=evidence,
                     seen_by=self.node,
                 )
-        _slurm(["scancel", "--quiet", self.job])
+                if not standby:
+                    log.append("end", "fail", f"batch host {self.watch} lost; no standby")
+        # Once it went through: a busy controller is asked again next cycle.
+        self.batch_lost = _slurm(["scancel", "--quiet", self.job])[0]
+
+    def event_log(self) -> EventLog | None:
+        """The chain's event log, as this job writes it (None: not known)."""
+        if not self.chain_log:
+            return None
+        array = os.environ.get("SLURM_ARRAY_JOB_ID", "")
+        task = os.environ.get("SLURM_ARRAY_TASK_ID", "")
+        job_id = f"{array}_{task}" if array and task else self.job
+        restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+        return EventLog(self.chain_log, job_id, int(restart) if restart.isdecimal() else 0)
 
     def sample_gpus(self) -> None:
         """Start a GPU sample when one is due (every ``gpu_every`` s, on its own schedule: the
@@ -349,24 +367,15 @@ class Agent:
             pass
 
 
-def _slurm(argv: list[str]) -> str:
-    """A Slurm command's output ("" when it fails)."""
+def _slurm(argv: list[str]) -> tuple[bool, str]:
+    """Run a Slurm command: whether it succeeded, and its output."""
     try:
         proc = subprocess.run(
             argv, capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL
         )
     except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return proc.stdout if proc.returncode == 0 else ""
-
-
-def _self_id() -> str:
-    """The job's id as the chain names it (``<array job>_<task>`` for an array task)."""
-    array, task = (
-        os.environ.get("SLURM_ARRAY_JOB_ID", ""),
-        os.environ.get("SLURM_ARRAY_TASK_ID", ""),
-    )
-    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID", "0")
+        return False, ""
+    return proc.returncode == 0, proc.stdout if proc.returncode == 0 else ""
 
 
 class Summary(NamedTuple):

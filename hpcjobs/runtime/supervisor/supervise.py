@@ -54,9 +54,10 @@ from .successor import successor_args, successor_env
 STDERR_LIMIT = 16 * 1024 * 1024
 
 
-#: Node states that rule a node out of a run ('sinfo %T' prints them in lower case, ``down*``:
-#: ``*`` for not responding).
-NODE_DOWN = re.compile(r"down|drain|fail|not_responding|\*", re.IGNORECASE)
+#: Node states ('sinfo %T', lower case) that rule a node out of a run inside a job with spare
+#: nodes: down, drained, failing or failed, not responding (``*``). A node being drained
+#: (``draining``) still runs what it has.
+NODE_UNUSABLE = re.compile(r"down|drained|fail|\*")
 
 #: How long the agents get to write once more and clean up (an agent on a dead node never
 #: answers: its srun is killed then).
@@ -569,6 +570,9 @@ class Supervisor:
             except OSError:
                 pass
         others = [node for node in self.allocation if node != self.batch]
+        # The deputy runs the program too, where it can: a failed spare ends no run, and its
+        # agent would never be replaced.
+        others.sort(key=lambda node: node not in self.step)
         if others:
             # Should the batch host fail, Slurm keeps this job (--no-kill): the deputy ends it.
             argv += ["--deputy", others[0], "--batch-host", self.batch]
@@ -898,38 +902,36 @@ class Supervisor:
         ruled_out = {*self.chain.excluded(), *bad}
         if allocation:
             states = self.slurm.node_states(",".join(allocation))
-            ruled_out |= {node for node, state in states if NODE_DOWN.search(state)}
+            ruled_out |= {node for node, state in states if NODE_UNUSABLE.search(state)}
         size = self.policy.nodes or len(allocation)
         step = decide.step_nodes(allocation, self.batch, ruled_out, size)
         if not step:
             return False
         keep = [node for node in allocation if node not in ruled_out]
+        settings: dict[str, str | None] = {}
         if len(keep) < len(allocation):
-            self.release(keep)
-        self.allocation, self.step = keep, step
-        return True
-
-    def release(self, keep: Sequence[str]) -> None:
-        """Shrink the job to ``keep``: the chain stops paying for the other nodes, and no run
-        can use them. The job's SLURM_* settings follow, as Slurm's resize script sets them."""
-        folder = tempfile.mkdtemp(prefix="hpcjobs-resize-")
-        try:
-            if not self.slurm.shrink(self.job, keep, folder):
-                self.log(f"could not release nodes from job {self.job}; they stay unused")
-            nodes = ",".join(keep)
-            settings: dict[str, str | None] = {
-                "SLURM_JOB_NODELIST": nodes,
-                "SLURM_NODELIST": nodes,
-                "SLURM_JOB_NUM_NODES": str(len(keep)),
-                "SLURM_NNODES": str(len(keep)),
-            }
-            script = os.path.join(folder, f"slurm_job_{self.job}_resize.sh")
-            settings.update(_resize_settings(script))
+            settings = self.release(keep)
+        if keep != self.allocation:
+            # The job's settings follow its nodes (Slurm takes a failed node out by itself).
+            nodes, count = ",".join(keep), str(len(keep))
+            settings.update(SLURM_JOB_NODELIST=nodes, SLURM_NODELIST=nodes)
+            settings.update(SLURM_JOB_NUM_NODES=count, SLURM_NNODES=count)
             for name, value in settings.items():
                 if value is None:
                     self.env.pop(name, None)
                 else:
                     self.env[name] = value
+        self.allocation, self.step = keep, step
+        return True
+
+    def release(self, keep: Sequence[str]) -> dict[str, str | None]:
+        """Shrink the job to ``keep``: the chain stops paying for the other nodes, and no run
+        can use them. The SLURM_* settings of Slurm's resize script (None: unset)."""
+        folder = tempfile.mkdtemp(prefix="hpcjobs-resize-")
+        try:
+            if not self.slurm.shrink(self.job, keep, folder):
+                self.log(f"could not release nodes from job {self.job}; they stay unused")
+            return _resize_settings(os.path.join(folder, f"slurm_job_{self.job}_resize.sh"))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -939,6 +941,13 @@ class Supervisor:
         at fault; they leave the job even where the chain cannot exclude them (a later job of
         the chain must still fit the partition)."""
         if self.policy.spare_nodes < 1 or cause not in decide.IN_JOB_CAUSES:
+            return False
+        if self.signal_seen:
+            return False  # the job is being ended (a warning, a cancel): a new job goes on
+        left = decide.seconds((self.slurm.queue_value(self.job, "%L") or [""])[0])
+        if left is not None and left <= self.policy.lead + decide.TIMEOUT_MARGIN_S:
+            # A run started now would get no warning before the time limit.
+            self.log(f"{cause}: too little time left in job {self.job} to run again in it")
             return False
         if not self.take_nodes(failed):
             self.log(f"{cause}: too few nodes left in job {self.job} to run again in it")
@@ -1018,26 +1027,27 @@ class Supervisor:
         except OSError:
             return ""
 
-    def failed_nodes(self, job: str, nodes: str, batch: str) -> list[str]:
-        """The nodes whose failure ended ``job``: srun names them in the job's stderr when the
-        batch host lived on; when nothing names one, the batch host died with the job. Nodes
-        Slurm now shows DOWN, DRAIN, FAIL or NOT_RESPONDING count too."""
-        text = ""
-        if self.err_file:
+    def failed_nodes(self, job: str, nodes: str, batch: str, text: str | None = None) -> list[str]:
+        """The nodes whose failure ended ``job``: srun names them in the job's stderr (``text``:
+        the end of the job's stderr file) when the batch host lived on; when nothing names one,
+        the batch host died with the job. Nodes Slurm now shows DOWN, DRAIN, FAIL or
+        NOT_RESPONDING count too."""
+        if text is None:
+            text = ""
             try:
                 with open(self.err_file, "rb") as handle:
                     handle.seek(max(os.path.getsize(self.err_file) - STDERR_LIMIT, 0))
                     text = handle.read().decode("utf-8", "replace")
             except OSError:
-                text = ""
+                pass
         named: list[str] = []
         for hostlist in failed_hostlists(text, job):
             named += self.slurm.hostnames(hostlist)
         if not named and batch and batch != "(null)":
             named = [batch]
+        down = re.compile(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|\*")
         if nodes and nodes != "(null)":
-            states = self.slurm.node_states(nodes)
-            named += [node for node, state in states if NODE_DOWN.search(state)]
+            named += [node for node, state in self.slurm.node_states(nodes) if down.search(state)]
         seen: list[str] = []
         for node in named:
             if node and node not in seen:
@@ -1050,7 +1060,9 @@ class Supervisor:
         partition = self.env.get("SLURM_JOB_PARTITION", "").split(",")[0]
         total = self.slurm.partition_nodes(partition) if partition else None
         if total is not None:
-            room = total - int(self.env.get("SLURM_JOB_NUM_NODES", "1") or 1)
+            # Every later job of the chain asks for the nodes this one asked for (spares too).
+            wanted = self.policy.nodes + self.policy.spare_nodes if self.policy.spare_nodes else 0
+            room = total - (wanted or int(self.env.get("SLURM_JOB_NUM_NODES", "1") or 1))
         limit = decide.exclusion_limit(self.policy.max_excluded, room)
         kept, released = decide.excluded_after(self.chain.excluded(), list(nodes), limit)
         detail = "nodes=" + (",".join(kept) or "-")
@@ -1211,7 +1223,9 @@ class Supervisor:
     def blame_failed_nodes(self) -> list[str]:
         """A node of this run failed and this batch host lived on: log it, exclude it; the
         failed nodes."""
-        failed = self.failed_nodes(self.job, self.env.get("SLURM_JOB_NODELIST", ""), "")
+        # This run's stderr only: a job with spare nodes may have lost a node in an earlier run.
+        nodelist = self.env.get("SLURM_JOB_NODELIST", "")
+        failed = self.failed_nodes(self.job, nodelist, "", self.run_stderr())
         suspect = ",".join(failed)
         self.fault_log(NODE_FAILURE, suspect, f"srun: error: Node failure on {suspect or '?'}")
         if failed:
