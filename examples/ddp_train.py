@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from hpcjobs.runtime.checkpoint import CheckpointDir
-from hpcjobs.runtime.distributed import init_process_group
+from hpcjobs.runtime.distributed import init_process_group, leave_process_group
 from hpcjobs.runtime.stopflag import StopFlag
 
 IN, HIDDEN, OUT, BATCH = 32, 64, 4, 16
@@ -130,7 +130,7 @@ def main() -> int:
         if stop.should_stop():
             save(step)
             say(f"stop signal ({stop.signal_name}) at step {step}: checkpoint saved, exiting")
-            dist.destroy_process_group()
+            leave_process_group()
             return 0
         if (step + 1) % args.checkpoint_every == 0:
             save(step)
@@ -140,7 +140,7 @@ def main() -> int:
     if rank == 0:
         ckpt.mark_done({"digest": final, "steps": args.steps})
     say(f"finished {args.steps} steps; final weights digest {final}")
-    dist.destroy_process_group()
+    leave_process_group()
     return 0
 
 

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -40,7 +39,7 @@ if str(EXAMPLES) not in sys.path:
 from ddp_train import batch, digest, make_model, warm_up  # noqa: E402  (lives next to this file)
 
 import hpcjobs  # noqa: E402
-from hpcjobs.runtime.distributed import init_process_group  # noqa: E402
+from hpcjobs.runtime.distributed import init_process_group, leave_process_group  # noqa: E402
 
 
 class Train(hpcjobs.Resumable):
@@ -93,7 +92,7 @@ class Train(hpcjobs.Resumable):
 
         final = digest(model)
         self.say(f"finished {self.steps} steps; final weights digest {final}")
-        dist.destroy_process_group()
+        leave_process_group()
         return final
 
     def say(self, message: str) -> None:

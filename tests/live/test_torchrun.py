@@ -36,6 +36,7 @@ report = {
 }
 with open(os.path.join(sys.argv[1], "report-%d.json" % rank), "w") as f:
     json.dump(report, f)
+dist.barrier()  # no rank tears the group down while a peer still uses it
 dist.destroy_process_group()
 """
 

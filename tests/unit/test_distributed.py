@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hpcjobs.errors import BadInputError
-from hpcjobs.runtime.distributed import PORT_BASE, PORT_SPAN, from_environment, master_port
+from hpcjobs.runtime.distributed import (
+    PORT_BASE,
+    PORT_SPAN,
+    from_environment,
+    leave_process_group,
+    master_port,
+)
 
 
 def test_master_port_from_job_id() -> None:
@@ -88,3 +96,24 @@ def test_batch_script_port_matches_python() -> None:
             check=True,
         ).stdout
         assert int(out) == master_port(job_id)
+
+
+def test_leave_process_group_meets_then_destroys(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    dist = pytest.importorskip("torch.distributed")
+    leave_process_group()  # no group: nothing to do
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        calls: list[str] = []
+        real_barrier, real_destroy = dist.barrier, dist.destroy_process_group
+        monkeypatch.setattr(dist, "barrier", lambda: calls.append("barrier") or real_barrier())
+        monkeypatch.setattr(
+            dist, "destroy_process_group", lambda: calls.append("destroy") or real_destroy()
+        )
+        leave_process_group()
+        assert calls == ["barrier", "destroy"]
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
