@@ -34,6 +34,13 @@ if TYPE_CHECKING:
 )
 @click.option("--gpus", type=Count(1), help="GPUs to plan for (whole nodes beyond one).")
 @click.option("-N", "--nodes", type=Count(1), help="Nodes to plan for (all their GPUs).")
+@click.option(
+    "--spare-nodes",
+    type=Count(0),
+    metavar="K",
+    help="Spare nodes held beside the run, for recovery without a queue (default: the "
+    "partition's); shows what they cost.",
+)
 @click.option("-p", "--partition", help="Partition (default: the site's).")
 @click.option("--gpu-type", metavar="NAME", help="Plan on the site's partition with this GPU type.")
 @click.option("--mfu", type=float, help="Share of dense peak achieved (default 0.4).")
@@ -94,6 +101,7 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
         nodes=opts["nodes"],
         precision=precision,
     )
+    spares = inputs.spare_nodes_for(res, opts["spare_nodes"])
     from_run: dict[str, Any] | None = None
     recompute = inputs.recompute_value(opts["recompute"])
     if opts["from_run"] is not None:
@@ -138,6 +146,7 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
         precision=precision,
         efficiency=efficiency,
         fixed=fixed,
+        spare_gpus=spares * res.hardware.gpus_per_node,
     )
     result = search(request)
     fitting = result.fitting
@@ -154,9 +163,14 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
     chosen = shown[0]
     applied = None
     if opts["apply_path"] is not None:
-        applied = _apply(opts, request, chosen, res.partition.name, res.hardware.gpus_per_node)
+        applied = _apply(
+            opts, request, chosen, res.partition.name, res.hardware.gpus_per_node, spares
+        )
     data = {
-        "inputs": _inputs_echo(opts, site.name, res.partition.name, res.gpus, tokens),
+        "inputs": {
+            **_inputs_echo(opts, site.name, res.partition.name, res.gpus, tokens),
+            "spare_nodes": spares,
+        },
         "model": model_data(model),
         "hardware": hardware_data(res.hardware),
         "efficiency": efficiency,
@@ -181,7 +195,12 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
 
 
 def _apply(
-    opts: dict[str, Any], request: Request, chosen: Candidate, partition: str, per_node: int
+    opts: dict[str, Any],
+    request: Request,
+    chosen: Candidate,
+    partition: str,
+    per_node: int,
+    spares: int,
 ) -> Path:
     from hpcjobs.plan.jobfile import job_data, write_job_file
 
@@ -194,12 +213,17 @@ def _apply(
         precision=request.precision,
         command=opts["command"],
         name=opts["job_name"],
+        # Written when asked for or the partition's default: a job file says what it holds.
+        spare_nodes=spares if spares or opts["spare_nodes"] is not None else None,
     )
     fit = "fits" if chosen.fits else "DOES NOT FIT: " + "; ".join(chosen.notes)
+    held = f" (+{chosen.cost.spare_gpu_hours:,.0f} held by {spares} spare node(s))"
     header = (
         f"Planned by 'hpcjobs plan': {chosen.layout.label()} ({fit}).\n"
         f"Step {chosen.step.total_s:.3f} s, {chosen.cost.days:.2f} days, "
-        f"{chosen.cost.gpu_hours:,.0f} GPU-hours. Submit: hpcjobs submit -f FILE"
+        f"{chosen.cost.gpu_hours:,.0f} GPU-hours"
+        + (held if spares else "")
+        + ". Submit: hpcjobs submit -f FILE"
     )
     path: Path = opts["apply_path"]
     return write_job_file(path, data, header=header, force=opts["force"])
@@ -304,6 +328,15 @@ def _print_plan(data: dict[str, Any], request: Request) -> None:
         )
     headers = ["#", "LAYOUT", "ZERO", "RECOMPUTE", "GB/GPU", "STEP", "DAYS", "GPU-HOURS"]
     click.echo(table([*headers, "CHUNKS", "MFU"], rows))
+    spares = data["inputs"]["spare_nodes"]
+    if spares and data["layouts"]:
+        best = data["layouts"][0]["training"]
+        click.echo(
+            f"Spare nodes: {spares} held beside the run, idle until a node fails: "
+            f"+{best['spare_gpu_hours']:,.0f} GPU-hours for #1 "
+            f"(+{best['spare_gpu_hours'] / best['gpu_hours'] * 100:.1f}%), for recovery in "
+            'seconds without a queue (docs/requeue.md, "Spare nodes")'
+        )
     for n, item in enumerate(data["layouts"], 1):
         mem, step = item["memory_bytes"], item["step_s"]
         click.echo()

@@ -239,6 +239,22 @@ def resolve_resources(
     return Resources(part, hardware, gpus, node_count)
 
 
+def spare_nodes_for(res: Resources, spare_nodes: int | None) -> int:
+    """The spare nodes to plan with (``--spare-nodes``, else the partition's default).
+
+    Raises:
+        BadInputError: The run's nodes and its spares do not fit the partition.
+    """
+    spares = res.partition.spare_nodes if spare_nodes is None else spare_nodes
+    if res.nodes + spares > res.partition.max_nodes:
+        raise BadInputError(
+            f"{res.nodes} nodes and {spares} spare node(s) are more than partition "
+            f"{res.partition.name!r} allows ({res.partition.max_nodes})",
+            hint="plan for fewer nodes or fewer --spare-nodes",
+        )
+    return spares
+
+
 def _pick_partition(site: SiteConfig, partition: str | None, gpu_type: str | None) -> Partition:
     if gpu_type is None:
         return site.partition(partition)
@@ -317,4 +333,5 @@ __all__ = [
     "recompute_value",
     "resolve_model",
     "resolve_resources",
+    "spare_nodes_for",
 ]

@@ -45,6 +45,7 @@ def job_data(
     precision: Precision,
     command: Sequence[str] = (),
     name: str | None = None,
+    spare_nodes: int | None = None,
 ) -> dict[str, Any]:
     """The job file's fields for ``layout`` on whole nodes of ``partition``.
 
@@ -65,6 +66,7 @@ def job_data(
         "partition": partition,
         "nodes": nodes,
         "gpus_per_node": min(layout.gpus, gpus_per_node),
+        **({} if spare_nodes is None else {"spare_nodes": spare_nodes}),
         "launcher": "torchrun",
         "env": plan_env(layout, global_batch=global_batch, seq_len=seq_len, precision=precision),
     }

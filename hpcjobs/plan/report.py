@@ -50,6 +50,7 @@ def candidate_data(request: Request, cand: Candidate) -> dict[str, Any]:
             "total_s": cost.total_s,
             "days": cost.days,
             "gpu_hours": cost.gpu_hours,
+            "spare_gpu_hours": cost.spare_gpu_hours,
             "time_limit_chunks": cost.chunks,
         },
     }

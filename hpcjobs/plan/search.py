@@ -52,6 +52,8 @@ class Request:
     precision: Precision
     efficiency: float
     fixed: Fixed = Fixed()
+    #: GPUs of the spare nodes held beside the run (``--spare-nodes`` x GPUs per node).
+    spare_gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def evaluate(request: Request, layout: Layout) -> Candidate:
         efficiency=request.efficiency,
     )
     iterations = -(-request.tokens // (request.global_batch * model.shape.seq_len))
-    cost = run_cost(step.total_s, iterations, layout.gpus, hw.max_time_s)
+    cost = run_cost(step.total_s, iterations, layout.gpus, hw.max_time_s, request.spare_gpus)
     notes = []
     if memory.total > hw.memory_bytes:
         notes.append(

@@ -56,6 +56,8 @@ class RunCost:
     total_s: float
     gpu_hours: float
     chunks: int | None
+    #: GPU-hours of the spare nodes held beside the run, idle (recovery without a queue).
+    spare_gpu_hours: float = 0.0
 
     @property
     def days(self) -> float:
@@ -99,11 +101,14 @@ def step_time(
     return StepTime(compute, bubble, allreduce)
 
 
-def run_cost(step_s: float, iterations: int, gpus: int, max_time_s: int | None) -> RunCost:
-    """Total time, GPU-hours and the number of time-limit chunks (None: no limit)."""
+def run_cost(
+    step_s: float, iterations: int, gpus: int, max_time_s: int | None, spare_gpus: int = 0
+) -> RunCost:
+    """Total time, GPU-hours and the number of time-limit chunks (None: no limit); with
+    ``spare_gpus`` (the GPUs of spare nodes), the GPU-hours they are held for."""
     total = step_s * iterations
     chunks = None if not max_time_s else max(1, math.ceil(total / max_time_s))
-    return RunCost(iterations, total, total * gpus / 3600, chunks)
+    return RunCost(iterations, total, total * gpus / 3600, chunks, total * spare_gpus / 3600)
 
 
 def end_to_end_seconds(tokens: float, params: float, gpus: int, flops_per_gpu: float) -> float:

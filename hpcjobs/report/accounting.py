@@ -12,9 +12,16 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from hpcjobs.slurm.client import SlurmClient, check_job_ids
-from hpcjobs.slurm.parse import base_state, parse_duration, parse_timestamp
+from hpcjobs.slurm.parse import (
+    base_state,
+    fold_resized,
+    parse_duration,
+    parse_timestamp,
+    resized_overlap,
+)
 from hpcjobs.textlines import split_lines
 
 #: sacct fields for the report; ``JobName`` last: it is free text and may contain ``|``.
@@ -41,6 +48,15 @@ FIELDS = (
 
 _STEP = re.compile(r"^(\d+(?:_\d+)?)\.(\S+)$")
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class Size(NamedTuple):
+    """One earlier size of a run Slurm resized: how long it lasted, its GPUs (None: not
+    tracked) and its CPUs."""
+
+    seconds: int
+    gpus: int | None
+    cpus: int
 
 
 @dataclass
@@ -73,11 +89,32 @@ class RunUsage:
     account: str
     name: str
     steps: list[StepUsage] = field(default_factory=list)
+    #: Where Slurm resized the run (a node out of a job with spare nodes): each earlier size,
+    #: oldest first; ``elapsed_s`` counts them too.
+    resized: list[Size] = field(default_factory=list)
+
+    @property
+    def sizes(self) -> list[Size]:
+        """Every size of the run, the current (last) one too."""
+        last = self.elapsed_s - sum(size.seconds for size in self.resized)
+        return [*self.resized, Size(last, self.gpus, self.alloc_cpus)]
 
     @property
     def gpus(self) -> int | None:
         """GPUs of the allocation, where accounting tracks them (``gres/gpu`` in AllocTRES)."""
         return _tres_count(self.alloc_tres, "gres/gpu")
+
+    @property
+    def gpu_seconds(self) -> int | None:
+        """GPU-seconds of the allocation over every size it had (None: GPUs not tracked)."""
+        if any(size.gpus is None for size in self.sizes):
+            return None
+        return sum(size.seconds * (size.gpus or 0) for size in self.sizes)
+
+    @property
+    def cpu_seconds(self) -> int:
+        """CPU-seconds of the allocation over every size it had."""
+        return sum(size.seconds * size.cpus for size in self.sizes)
 
     @property
     def requested_gpus(self) -> int | None:
@@ -98,9 +135,9 @@ class RunUsage:
     def cpu_efficiency(self) -> float | None:
         """``seff``'s CPU efficiency: CPU time used / (elapsed x allocated CPUs)."""
         used = self.total_cpu_s
-        if used is None or self.elapsed_s <= 0 or self.alloc_cpus <= 0:
+        if used is None or self.cpu_seconds <= 0:
             return None
-        return used / (self.elapsed_s * self.alloc_cpus)
+        return used / self.cpu_seconds
 
     @property
     def peak_memory(self) -> tuple[int, str] | None:
@@ -190,7 +227,18 @@ def parse_usage(text: str) -> list[RunUsage]:
                 name=f["JobName"],
             )
         )
-    return runs
+    return fold_resized(runs, lambda r: r.job_id, lambda r: r.state, _fold_resized)
+
+
+def _fold_resized(earlier: RunUsage, later: RunUsage) -> RunUsage:
+    """One run from the record of its earlier size (with its steps) and the next one."""
+    later.resized = earlier.sizes
+    own = later.elapsed_s - resized_overlap(earlier.end, later.start)
+    later.elapsed_s = earlier.elapsed_s + max(0, own)
+    later.start = earlier.start or later.start
+    later.submit = earlier.submit or later.submit
+    later.steps = earlier.steps + later.steps
+    return later
 
 
 def _attach_step(runs: list[RunUsage], job_id: str, name: str, f: dict[str, str]) -> None:

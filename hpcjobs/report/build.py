@@ -22,6 +22,7 @@ from hpcjobs.report.goodput import (
     RunWindow,
     assign_reports,
     percentile,
+    spare_share,
     split_run,
     step_times,
 )
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from hpcjobs.jobs.chain import Chain, ChainRef, Interruption
     from hpcjobs.report.gpu import GpuSummary
     from hpcjobs.runner import Runner
+    from hpcjobs.runtime.supervisor.eventlog import Event
     from hpcjobs.slurm.client import SlurmClient
 
 #: Where a run's GPU count came from.
@@ -75,11 +77,23 @@ class RunReport:
     peak_memory: tuple[int, str] | None
     cause: str = ""
     signal_at: float | None = None
+    #: GPU- and CPU-seconds of a run Slurm resized (its sizes from accounting); None:
+    #: ``elapsed_s`` x ``gpus`` (``cpus``).
+    gpu_s: float | None = None
+    cpu_s: float | None = None
 
     @property
-    def weight(self) -> int:
-        """GPUs per second of this run (1 for runs without GPUs: allocation time)."""
+    def weight(self) -> float:
+        """GPUs per second of this run (1 for runs without GPUs: allocation time); for a
+        resized run, the mean over its sizes."""
+        if self.gpu_s is not None and self.elapsed_s > 0:
+            return self.gpu_s / self.elapsed_s
         return self.gpus if self.gpus > 0 else 1
+
+    @property
+    def allocated_gpu_s(self) -> float:
+        """GPU-seconds of the run's allocation, over every size it had."""
+        return self.gpu_s if self.gpu_s is not None else self.elapsed_s * self.gpus
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +104,7 @@ class RunReport:
             "end": self.end,
             "elapsed_s": self.elapsed_s,
             "gpus": self.gpus,
+            "gpu_seconds": self.allocated_gpu_s,
             "gpus_source": self.gpus_source,
             "cpus": self.cpus,
             "nodes": self.nodes,
@@ -140,11 +155,14 @@ class ChainReport:
 
     @property
     def allocated_gpu_hours(self) -> float:
-        return sum(run.elapsed_s * run.gpus for run in self.runs) / 3600.0
+        return sum(run.allocated_gpu_s for run in self.runs) / 3600.0
 
     @property
     def allocated_cpu_hours(self) -> float:
-        return sum(run.elapsed_s * run.cpus for run in self.runs) / 3600.0
+        return (
+            sum(run.elapsed_s * run.cpus if run.cpu_s is None else run.cpu_s for run in self.runs)
+            / 3600.0
+        )
 
     @property
     def unit(self) -> str:
@@ -294,7 +312,15 @@ def chain_report(
     reached: int | None = None
     for run, reports in zip(runs, per_run, strict=True):
         window = RunWindow(run.job_id, run.index, run.start, run.end, run.gpus, run.signal_at)
-        run.parts = split_run(window, reports, reached, chain_has_progress=has_progress)
+        starts = _starts(run, chain)
+        run.parts = split_run(
+            window,
+            reports,
+            reached,
+            chain_has_progress=has_progress,
+            restarts=[s.time for s in starts[1:]],
+            spare=_spare(run, starts),
+        )
         stepped = [r.step for r in reports if r.step is not None]
         if stepped:
             reached = max(stepped) if reached is None else max(reached, *stepped)
@@ -364,6 +390,8 @@ def _runs(
                 parts=None,
                 cpu_efficiency=row.cpu_efficiency,
                 peak_memory=row.peak_memory,
+                gpu_s=row.gpu_seconds if row.resized and source == GPUS_ACCOUNTING else None,
+                cpu_s=row.cpu_seconds if row.resized else None,
             )
         )
         # Accounting's elapsed is the truth for allocated time; keep end consistent with it.
@@ -391,6 +419,28 @@ def _mark_from_events(runs: list[RunReport], chain: Chain) -> None:
                 run.cause = event.cause
             elif event.event == "end" and (event.job_id, event.restart) == (run.job_id, run.index):
                 run.cause = run.cause or f"{event.cause}: {event.detail}"
+
+
+def _starts(run: RunReport, chain: Chain | None) -> list[Event]:
+    """The ``start`` events of a run: more than one where the program started again inside
+    the run's allocation (spare nodes)."""
+    if chain is None:
+        return []
+    mine = [e for e in chain.events if e.event == "start"]
+    return [e for e in mine if (e.job_id, e.restart) == (run.job_id, run.index)]
+
+
+def _spare(run: RunReport, starts: Sequence[Event]) -> float:
+    """The share of a run its spare nodes sat idle, from its starts' nodes (``held``: the
+    nodes the job held, ``nodelist``: those the program ran on); 0 without spare nodes."""
+    segments = []
+    for i, event in enumerate(starts):
+        held = event.number("held")
+        if held is None:
+            return 0.0
+        used = len([n for n in event.text("nodelist").split(",") if n])
+        segments.append((run.start if i == 0 else event.time, held, min(used, held)))
+    return spare_share(segments, run.end)
 
 
 def _begin(run: RunReport, chain: Chain | None) -> float:

@@ -11,7 +11,13 @@ allocated wall time ``[start, end]`` is cut into disjoint parts that add up to i
   step), ``redone`` when the later step had already been reached by an earlier run, otherwise
   ``goodput``;
 - after the last progress report: ``checkpoint`` (saves reported then), ``warning`` (from the
-  warning signal, or the last report if later, to the end of the run) and ``tail`` (the rest).
+  warning signal, or the last report if later, to the end of the run) and ``tail`` (the rest);
+- a job with spare nodes can run the program again inside the same allocation: the gap around
+  such a restart is ``tail`` up to the restart (the fault being found) and ``startup`` after it,
+  and a step is ``redone`` whenever any earlier report (of this run or an earlier one) had
+  reached it;
+- ``spare``: the share of the allocation its spare nodes held while idle, taken evenly out of
+  the other parts (:func:`spare_share`).
 
 A run without any progress report is all ``startup`` when the chain reported progress in some
 run; a chain without any report gets no breakdown at all (``None``).
@@ -32,7 +38,7 @@ STALL_FACTOR = 5.0
 #: ... and only when it exceeds the median by at least this many seconds.
 STALL_MIN_S = 2.0
 
-PARTS = ("goodput", "startup", "redone", "checkpoint", "stall", "warning", "tail")
+PARTS = ("goodput", "startup", "redone", "checkpoint", "stall", "warning", "tail", "spare")
 BADPUT_PARTS = PARTS[1:]
 #: How each badput part is called in tables and on the page.
 LABELS = {
@@ -43,6 +49,7 @@ LABELS = {
     "stall": "stalls",
     "warning": "warning signal to the end of the run",
     "tail": "after the last progress",
+    "spare": "spare nodes held idle",
 }
 
 
@@ -100,18 +107,47 @@ def step_times(reports: Sequence[Report]) -> list[float]:
     return out
 
 
+def spare_share(segments: Sequence[tuple[float, int, int]], end: float) -> float:
+    """The share of a run's allocated time its spare nodes sat idle. ``segments``: for each
+    time the program started in the run's allocation, in time order, (when, nodes the job
+    held, nodes the program ran on); each lasts until the next, the last until ``end``. Nodes
+    count alike (a partition's nodes carry the same GPUs)."""
+    held = idle = 0.0
+    for i, (begin, nodes, used) in enumerate(segments):
+        until = segments[i + 1][0] if i + 1 < len(segments) else end
+        span = max(0.0, until - begin)
+        held += span * nodes
+        idle += span * max(0, nodes - used)
+    return idle / held if held > 0 else 0.0
+
+
 def split_run(
     run: RunWindow,
     reports: Sequence[Report],
     reached_before: int | None,
     *,
     chain_has_progress: bool,
+    restarts: Sequence[float] = (),
+    spare: float = 0.0,
 ) -> RunParts | None:
     """The parts of one run. ``reports`` are the reference rank's reports made during this
     run (time order; see :func:`assign_reports`); ``reached_before`` is the highest step an
-    earlier run reported. None when the chain has no progress at all."""
+    earlier run reported; ``restarts``: when the program started again inside this run's
+    allocation; ``spare``: the share of the run its spare nodes sat idle
+    (:func:`spare_share`). None when the chain has no progress at all."""
     if not chain_has_progress:
         return None
+    parts = _split_run(run, reports, reached_before, sorted(restarts))
+    if spare > 0:
+        for part in PARTS:
+            parts.seconds[part] *= 1.0 - spare
+        parts.seconds["spare"] = spare * run.elapsed
+    return parts
+
+
+def _split_run(
+    run: RunWindow, reports: Sequence[Report], reached_before: int | None, restarts: list[float]
+) -> RunParts:
     mine = list(reports)
     steps = [r for r in mine if r.step is not None]
     saves = [r for r in mine if r.save_s is not None]
@@ -125,24 +161,41 @@ def split_run(
     parts.first_step, parts.last_step = steps[0].step, steps[-1].step
     parts.add("startup", first - run.start)
     median = median_step_time(mine) or 0.0
-    seen: set[int] = set()
+    # A step is redone when a report before it (of an earlier run, or of this one before it
+    # started again inside its allocation) had reached it; each time counts.
+    top = reached_before
+    previous: int | None = None
+    redone: list[bool] = []
     for report in steps:
         assert report.step is not None
-        if report.step not in seen:
-            seen.add(report.step)
-            if reached_before is not None and report.step <= reached_before:
-                parts.redone_steps += 1
-    parts.steps = len(seen)
+        if report.step == previous:  # the same step noted again: as it was
+            redone.append(redone[-1])
+            continue
+        again = top is not None and report.step <= top
+        redone.append(again)
+        if again:
+            parts.redone_steps += 1
+        top = report.step if top is None else max(top, report.step)
+        previous = report.step
+    parts.steps = len({r.step for r in steps})
     # One pass over the step pairs, summing locally (a long run has hundreds of thousands of
-    # reports); saves are found by bisection over their end times.
+    # reports); saves and restarts are found by bisection over their times.
     save_times = sorted(r.time for r in saves)
-    checkpoint = stalled = goodput = redone_s = 0.0
+    checkpoint = stalled = goodput = redone_s = lost = begun = 0.0
     stall_above = STALL_FACTOR * median
-    for before, after in pairwise(steps):
-        assert after.step is not None
+    for i, (before, after) in enumerate(pairwise(steps)):
         t0, t1 = min(max(before.time, first), last), min(max(after.time, first), last)
         gap = t1 - t0
         saved = 0.0
+        cut = bisect_right(restarts, t0)
+        if cut < len(restarts) and restarts[cut] <= t1:
+            # The program started again in between: the fault being found, then a start-up.
+            again_at = restarts[cut]
+            saved = min(again_at - t0, _saves_between(saves, t0, again_at)) if saves else 0.0
+            checkpoint += max(0.0, saved)
+            lost += max(0.0, again_at - t0 - saved)
+            begun += t1 - again_at
+            continue
         if save_times and bisect_right(save_times, t1) > bisect_right(save_times, t0):
             saved = min(gap, _saves_between(saves, t0, t1))
             checkpoint += max(0.0, saved)
@@ -152,7 +205,7 @@ def split_run(
             stall = rest - median
             stalled += max(0.0, stall)
         work = max(0.0, rest - stall)
-        if reached_before is not None and after.step <= reached_before:
+        if redone[i + 1]:
             parts.redone_until = t1
             redone_s += work
         else:
@@ -161,6 +214,8 @@ def split_run(
     parts.add("stall", stalled)
     parts.add("redone", redone_s)
     parts.add("goodput", goodput)
+    parts.add("tail", lost)
+    parts.add("startup", begun)
     tail = run.end - last
     saved = min(tail, _saves_between(saves, last, run.end + 1.0))
     parts.add("checkpoint", saved)
@@ -219,6 +274,7 @@ __all__ = [
     "assign_reports",
     "median_step_time",
     "percentile",
+    "spare_share",
     "split_run",
     "step_times",
 ]

@@ -22,6 +22,7 @@ COLOURS = {
     "stall": "#9b59b6",
     "warning": "#e67e22",
     "tail": "#8c8c8c",
+    "spare": "#b5a58a",
 }
 WAIT_COLOUR = "#d0d7de"
 WIDTH = 900

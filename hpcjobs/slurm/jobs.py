@@ -9,7 +9,7 @@ ids stay unknown. So a refresh costs one Slurm call, two at most, for any number
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from hpcjobs.slurm import parse
@@ -129,11 +129,32 @@ def run_order(row: parse.AcctRow) -> tuple[float, float]:
 
 
 def group_runs(rows: Sequence[parse.AcctRow]) -> dict[str, list[parse.AcctRow]]:
-    """Accounting records grouped by job id (as shown), in first-seen order, runs sorted."""
+    """Accounting records grouped by job id (as shown), in first-seen order, runs sorted; the
+    records of a run Slurm resized are one run (:func:`parse.fold_resized`)."""
     groups: dict[str, list[parse.AcctRow]] = {}
     for row in rows:
         groups.setdefault(row.job_id, []).append(row)
-    return {key: sorted(runs, key=run_order) for key, runs in groups.items()}
+    return {
+        key: parse.fold_resized(
+            sorted(runs, key=run_order), lambda r: r.job_id, lambda r: r.state, _fold_resized
+        )
+        for key, runs in groups.items()
+    }
+
+
+def _fold_resized(earlier: parse.AcctRow, later: parse.AcctRow) -> parse.AcctRow:
+    """One run from the record of its earlier size and the next one."""
+    elapsed = None
+    if earlier.elapsed_s is not None or later.elapsed_s is not None:
+        own = (later.elapsed_s or 0) - parse.resized_overlap(earlier.end, later.start)
+        elapsed = (earlier.elapsed_s or 0) + max(0, own)
+    return replace(
+        later,
+        submit=earlier.submit or later.submit,
+        eligible=earlier.eligible or later.eligible,
+        start=earlier.start or later.start,
+        elapsed_s=elapsed,
+    )
 
 
 def query_status(

@@ -8,11 +8,13 @@ built in :mod:`hpcjobs.slurm.client` from the field lists defined here, so both 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from hpcjobs.config.slurmtime import format_slurm_time, parse_slurm_time
+from hpcjobs.runtime.supervisor.causes import RESIZING
 from hpcjobs.textlines import split_lines
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_./:]*)=")
@@ -326,6 +328,42 @@ def parse_scontrol_records(text: str) -> list[dict[str, str]]:
         chunk = " ".join(line.strip() for line in split_lines(text[start:end]))
         records.append(parse_key_values(chunk))
     return records
+
+
+_Row = TypeVar("_Row")
+
+
+def fold_resized(
+    rows: Iterable[_Row],
+    job_of: Callable[[_Row], str],
+    state_of: Callable[[_Row], str],
+    fold: Callable[[_Row, _Row], _Row],
+) -> list[_Row]:
+    """Accounting records with each :data:`RESIZING` record folded into the next record of its job
+    (``fold(earlier, later)``): one run all the same, at several sizes. ``rows`` in the order
+    Slurm ran them (a job's later record after its earlier); a job still resizing keeps its
+    record, at the end."""
+    out: list[_Row] = []
+    pending: dict[str, _Row] = {}
+    for row in rows:
+        job = job_of(row)
+        if job in pending:
+            row = fold(pending.pop(job), row)
+        if base_state(state_of(row))[0] == RESIZING:
+            pending[job] = row
+        else:
+            out.append(row)
+    return out + list(pending.values())
+
+
+def resized_overlap(earlier_end: datetime | None, later_start: datetime | None) -> int:
+    """Seconds the record after a resize claims of the time before it: Slurm 24.11 starts the
+    record after ``scontrol update NodeList=`` at the job's start, its ElapsedRaw counting the
+    whole job (measured; 22.05 and 26.05, and 24.11 after a node failure, start it at the
+    resize). Those seconds belong to the earlier size."""
+    if earlier_end is None or later_start is None:
+        return 0
+    return max(0, int((earlier_end - later_start).total_seconds()))
 
 
 def base_state(state: str) -> tuple[str, str | None]:

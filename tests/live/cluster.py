@@ -47,8 +47,16 @@ class Cluster:
 
     # ---- submitting --------------------------------------------------------------------------
 
-    def submit(self, name: str, *options: str, steps: int, extra: tuple[str, ...] = ()) -> Job:
-        """``hpcjobs --site sandbox submit`` the workload; returns the job and its folders.
+    def submit(
+        self,
+        name: str,
+        *options: str,
+        steps: int,
+        extra: tuple[str, ...] = (),
+        site: str = "sandbox",
+    ) -> Job:
+        """``hpcjobs --site sandbox submit`` the workload (``site``: another site name or file);
+        returns the job and its folders.
 
         Waits first until no preemptor of an earlier test is left in the queue: one still
         pending would preempt this job too."""
@@ -56,7 +64,7 @@ class Cluster:
         out = self.folder / name
         out.mkdir(mode=0o755)
         result = out / "result.json"
-        argv = [HPCJOBS, "--site", "sandbox", "submit", "-J", name, "--output-dir", str(out)]
+        argv = [HPCJOBS, "--site", site, "submit", "-J", name, "--output-dir", str(out)]
         argv += [*options, "--", PYTHON, WORKLOAD, "--steps", str(steps)]
         argv += ["--result", str(result), *extra]
         proc = subprocess.run(

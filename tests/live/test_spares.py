@@ -12,8 +12,15 @@ limits for a loaded 2-core machine.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+from typing import Any
+
+import pytest
+
 from hpcjobs.jobs.chain import Chain, Event
-from tests.live.cluster import Cluster, Job
+from tests.live.cluster import HPCJOBS, Cluster, Job
 from tests.live.test_faults import (
     NCCL_IB_ERROR,
     batch_host_dies,
@@ -24,6 +31,7 @@ from tests.live.test_faults import (
     resumed,
     run_nodes,
 )
+from tests.live.waiting import wait_for
 
 WITH_A_SPARE = ("-N", "2", "--spare-nodes", "1", "--gpus-per-node", "1", "-t", "5:00")
 
@@ -35,6 +43,25 @@ def job_nodes(cluster: Cluster, job_id: str) -> list[str]:
     """The nodes Slurm shows in the job now."""
     text = cluster.slurm("squeue", "-h", "-j", job_id, "-o", "%N").strip()
     return cluster.slurm("scontrol", "show", "hostnames", text).split() if text else []
+
+
+def reported_run(cluster: Cluster, root: str) -> dict[str, Any]:
+    """The one run ``hpcjobs report --json`` shows for the chain, once accounting has it all."""
+
+    def probe() -> dict[str, Any] | None:
+        proc = subprocess.run(
+            [HPCJOBS, "report", "--json", root],
+            env={**os.environ, **cluster.env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        (chain,) = json.loads(proc.stdout)["chains"]
+        runs: list[dict[str, Any]] = chain["runs"]
+        return runs[0] if len(runs) == 1 and not runs[0]["running"] else None
+
+    return wait_for(f"accounting of job {root}", probe, 60)
 
 
 def in_job(job: Job, chain: Chain) -> tuple[Event, Event]:
@@ -70,6 +97,12 @@ def test_a_lost_node_is_replaced_by_the_spare_inside_the_job(cluster: Cluster) -
     assert stop.resumed_from == stop.checkpoint_at_stop and stop.resumed_from is not None
     assert requeue.detail == f"continued in job {job.root} on {first[0]},{spare}"
     finished(job, chain)
+    # Slurm records the job at each size (RESIZING, then the rest): the report shows one run,
+    # its GPU time over both sizes, and the spare's idle time as its own badput.
+    run = reported_run(cluster, job.root)
+    assert run["nodes"] == 2 and run["gpu_seconds"] > run["elapsed_s"] * run["gpus"], run
+    assert run["parts_s"]["spare"] > 0, run
+    assert sum(run["parts_s"].values()) == pytest.approx(run["elapsed_s"], abs=1e-6)
 
 
 def test_an_infrastructure_crash_releases_its_node_and_runs_on_the_spare(
@@ -115,6 +148,40 @@ def test_a_stalled_rank_is_replaced_by_the_spare(cluster: Cluster) -> None:
     print(f"running again {start.time - hung_at:.2f} s after the last step ({timeout} s timeout)")
     assert start.time - hung_at <= timeout + SANITY_S, job.chain_file.read_text()
     assert first[1] not in nodes and first[1] not in left and len(left) == 2
+    finished(job, chain)
+
+
+#: A site health check that fails on the job's last node (never its batch host, the first).
+FAILS_ON_THE_LAST_NODE = (
+    'last=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | tail -n 1); '
+    'if [ "$SLURMD_NODENAME" = "$last" ]; then echo "GPU 0: fell off the bus (test)"; exit 1; fi'
+)
+
+
+def test_a_node_failing_the_preflight_check_is_swapped_for_the_spare(cluster: Cluster) -> None:
+    import yaml
+
+    from hpcjobs.resources import site_configs_dir
+
+    config = yaml.safe_load((site_configs_dir() / "sandbox.yaml").read_text())
+    config["faults"] = {"health_check": FAILS_ON_THE_LAST_NODE, "health_check_timeout": 30}
+    site = cluster.folder / "sandbox-checked.yaml"
+    site.write_text(yaml.safe_dump(config))
+    job = cluster.submit("spare-preflight", *WITH_A_SPARE, steps=30, site=str(site))
+    chain = job.ended()
+
+    (preflight,) = events(chain, "preflight")
+    assert (preflight.cause, preflight.number("checked")) == ("fail", 3), preflight.detail
+    (bad,) = preflight.names("failed")
+    (health,) = events(chain, "health")
+    assert (health.cause, health.text("node"), health.number("exit")) == ("fail", bad, 1)
+    assert health.text("output") == "GPU 0: fell off the bus (test)"
+    print(f"pre-flight check of 3 nodes: {preflight.data.get('seconds')} s")
+    # The only run started on the batch host and the spare, in the job itself.
+    (start,) = events(chain, "start")
+    nodes = run_nodes(cluster, start)
+    assert bad not in nodes and len(nodes) == 2 and start.text("batch") == nodes[0]
+    assert chain.job_ids == [job.root] and not events(chain, "requeue")
     finished(job, chain)
 
 

@@ -215,6 +215,38 @@ def test_apply_writes_a_job_file_that_submit_accepts(tmp_path: Path) -> None:
     assert plan(*LLAMA_70B, "--nodes", "64", "--apply", str(job), "--force").exit_code == 0
 
 
+def test_spare_nodes_are_costed_and_applied(tmp_path: Path) -> None:
+    data = plan_json(*LLAMA_70B, "--nodes", "64", "--spare-nodes", "2")
+    assert data["inputs"]["spare_nodes"] == 2
+    for layout in data["layouts"]:
+        run = layout["training"]
+        # Two nodes of 8 GPUs held for the whole run beside 64 nodes: 16/512 of its GPU-hours.
+        assert run["spare_gpu_hours"] == pytest.approx(run["gpu_hours"] * 16 / 512)
+    text = plan(*LLAMA_70B, "--nodes", "64", "--spare-nodes", "2")
+    assert text.exit_code == 0 and "Spare nodes: 2 held beside the run" in text.output
+    assert "(+3.1%)" in text.output
+    job = tmp_path / "job.yaml"
+    applied = plan(*LLAMA_70B, "--nodes", "64", "--spare-nodes", "2", "--apply", str(job))
+    assert applied.exit_code == 0, applied.output
+    assert load_job_file(job)["spare_nodes"] == 2
+    # --spare-nodes 0 is written: the partition's default would otherwise apply at submit.
+    zero = plan(*LLAMA_70B, "--nodes", "64", "--spare-nodes", "0", "--apply", str(job), "--force")
+    assert zero.exit_code == 0 and load_job_file(job)["spare_nodes"] == 0
+    # Without spares, nothing of them is shown or written.
+    none = plan_json(*LLAMA_70B, "--nodes", "64")
+    assert none["inputs"]["spare_nodes"] == 0
+    assert none["layouts"][0]["training"]["spare_gpu_hours"] == 0
+
+
+def test_spare_nodes_must_fit_the_partition() -> None:
+    result = plan("--params", "1B", "--seq-len", "2048", "--tokens", "1B", "--global-batch", "8",
+                  "--nodes", "3", "--spare-nodes", "1", site="sandbox")  # fmt: skip
+    assert result.exit_code == 2
+    assert "3 nodes and 1 spare node(s) are more than partition 'batch' allows (3)" in (
+        result.output
+    )
+
+
 def test_plan_variables_are_the_only_hpcjobs_names_a_job_may_set() -> None:
     parse_spec({"env": {"HPCJOBS_PLAN_TP": "8"}})
     with pytest.raises(Exception, match="reserved"):

@@ -18,13 +18,14 @@ from hpcjobs.jobs.chain import Chain, ChainRef, parse_chain
 from hpcjobs.report.accounting import RunUsage, parse_bytes, parse_cpu_time, parse_usage, sacct_argv
 from hpcjobs.report.build import GPUS_FROM_REQUEST, NO_PROGRESS, chain_report, collect
 from hpcjobs.report.compare import compare_reports, compare_text, tuning_vars
-from hpcjobs.report.goodput import PARTS, RunWindow, split_run
+from hpcjobs.report.goodput import PARTS, RunWindow, spare_share, split_run
 from hpcjobs.report.gpu import parse_samples, summarize
 from hpcjobs.report.html import report_page
 from hpcjobs.runner import Result
 from hpcjobs.runtime.checkpoint import CheckpointDir
 from hpcjobs.runtime.progress import ProgressWriter, Report, node_name, parse_log
 from hpcjobs.slurm.client import SlurmClient
+from tests.eventlines import line
 from tests.unit.test_slurm_client import FakeRunner, ok
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "report"
@@ -124,6 +125,37 @@ def test_startup_redone_checkpoint_stall_warning_and_tail() -> None:
     assert s["warning"] == pytest.approx(5.0) and s["tail"] == pytest.approx(5.0)
     assert sum(s.values()) == pytest.approx(run.elapsed)
     assert parts.redone_steps == 6 and parts.steps == 13  # steps 10-15
+
+
+def test_a_run_that_starts_again_inside_its_allocation_redoes_steps() -> None:
+    """Spare nodes: steps 1-10 (1 s each), a fault at 12, the program again at 13 from its
+    checkpoint at step 6: its first step (7) at 15, then 8-12 (1 s each)."""
+    reports = [Report(100.0 + i, i) for i in range(1, 11)]
+    reports += [Report(115.0, 7)] + [Report(115.0 + i, 7 + i) for i in range(1, 6)]
+    run = RunWindow("5", 0, 100.0, 121.0, 4)
+    parts = split_run(run, reports, None, chain_has_progress=True, restarts=[113.0])
+    assert parts is not None
+    s = parts.seconds
+    assert s["startup"] == pytest.approx(1.0 + 2.0)  # to step 1, and from 113 to step 7
+    assert s["tail"] == pytest.approx(3.0 + 1.0)  # 110 to the restart at 113, 120 to 121
+    assert s["redone"] == pytest.approx(3.0)  # steps 8-10 again
+    assert s["goodput"] == pytest.approx(9.0 + 2.0)  # 2-10, then 11-12
+    assert sum(s.values()) == pytest.approx(run.elapsed)
+    assert parts.redone_steps == 4 and parts.steps == 12  # 7-10 again
+
+
+def test_idle_spare_nodes_are_their_own_badput() -> None:
+    # 3 nodes held, 2 running, for 60 s; then a node left the job: 2 held, 2 running, 40 s.
+    share = spare_share([(0.0, 3, 2), (60.0, 2, 2)], 100.0)
+    assert share == pytest.approx(60 / (180 + 80))
+    assert spare_share([(0.0, 2, 2)], 100.0) == 0.0 and spare_share([], 100.0) == 0.0
+    run = RunWindow("5", 0, 100.0, 110.0, 12)
+    reports = [Report(100.0 + i, i) for i in range(1, 11)]
+    parts = split_run(run, reports, None, chain_has_progress=True, spare=0.25)
+    assert parts is not None
+    assert parts.seconds["spare"] == pytest.approx(2.5)
+    assert parts.seconds["goodput"] == pytest.approx(9.0 * 0.75)
+    assert sum(parts.seconds.values()) == pytest.approx(run.elapsed)
 
 
 def test_a_run_without_progress_is_start_up_and_no_progress_means_no_goodput() -> None:
@@ -371,3 +403,62 @@ def _grep(folder: Path, pattern: str) -> str:
     for path in sorted(folder.glob(pattern)):
         lines += [f"{path}:{line}" for line in path.read_text().splitlines()]
     return "".join(line + "\n" for line in lines)
+
+
+def test_a_run_slurm_resized_is_one_run_over_its_sizes() -> None:
+    """Spare nodes: Slurm writes a RESIZING record for each earlier size of a job (recorded:
+    job 142 held 3 nodes for 3 s, lost one, ran on 2 for 14 s; job 148's batch host left)."""
+    usage = parse_usage((DATA / "sacct-resized.txt").read_text())
+    assert [(u.job_id, u.state, u.elapsed_s, u.nodes) for u in usage] == [
+        ("142", "COMPLETED", 17, 2),
+        ("149", "COMPLETED", 14, 2),
+        ("148", "CANCELLED", 6, 1),
+    ]
+    run = usage[0]
+    assert run.resized == [(3, 3, 6)] and run.gpus == 2 and run.gpu_seconds == 3 * 3 + 14 * 2
+    assert run.cpu_seconds == 3 * 6 + 14 * 4
+    assert run.start is not None and run.start.isoformat() == "2026-12-03T06:11:04"
+    assert [s.name for s in run.steps] == ["batch", "0", "1", "2", "3"]
+    assert usage[1].resized == [] and usage[1].gpu_seconds == 14 * 2
+    chain = parse_chain(
+        line("142", "start", at=1796278264.5, checkpoint=-1, nodelist="n1,n2", batch="n1", held=3)
+        + line("142", "start", at=1796278267.2, checkpoint=9, nodelist="n1,n3", batch="n1", held=2)
+    )
+    report = chain_report("142", usage, chain, {})
+    (one,) = report.runs
+    assert one.index == 0 and one.elapsed_s == 17 and one.allocated_gpu_s == 37
+    assert report.allocated_s == pytest.approx(37)
+    assert report.allocated_cpu_hours == pytest.approx((3 * 6 + 14 * 4) / 3600)
+    assert report.to_dict()["runs"][0]["gpu_seconds"] == 37
+    # Its spare node sat idle for the 3.2 s before the node was lost: its own badput part.
+    t0 = 1796278264.0
+    progress = {0: [Report(t0 + 1.0, 1), Report(t0 + 2.0, 2), Report(t0 + 5.0, 2)]}
+    progress[0] += [Report(t0 + 6.0 + i, 3 + i) for i in range(10)]
+    (spared,) = chain_report("142", usage, chain, progress).runs
+    assert spared.parts is not None
+    assert spared.parts.seconds["spare"] == pytest.approx(17 * 3.2 / (3.2 * 3 + 13.8 * 2))
+    assert sum(spared.parts.seconds.values()) == pytest.approx(17)
+
+
+def test_a_step_noted_twice_is_not_redone() -> None:
+    """A program may note the same step more than once (per micro-batch, or note_progress and
+    report_step both): no restart, nothing redone."""
+    reports = [Report(100.0 + i + d, i) for i in range(1, 11) for d in (0.0, 0.5)]
+    parts = split_run(RunWindow("5", 0, 100.0, 111.0, 1), reports, None, chain_has_progress=True)
+    assert parts is not None and parts.redone_steps == 0 and parts.seconds["redone"] == 0.0
+    assert parts.seconds["goodput"] == pytest.approx(9.5)
+
+
+def test_slurm_24_11_counts_a_release_from_the_jobs_start() -> None:
+    """Recorded on 24.11: job 112's node was released 4 s in (hpcjobs, scontrol), and the
+    record after starts at the job's start with the job's whole 14 s; 110 lost a node (Slurm)
+    after 2 s, the record after starts then. Each size is counted once."""
+    usage = {u.job_id: u for u in parse_usage((DATA / "sacct-resized-24.11.txt").read_text())}
+    released, lost = usage["112"], usage["110"]
+    assert (released.elapsed_s, released.resized, released.gpu_seconds) == (
+        14,
+        [(4, 3, 6)],
+        4 * 3 + 10 * 2,
+    )
+    assert (lost.elapsed_s, lost.resized, lost.gpu_seconds) == (16, [(2, 3, 6)], 2 * 3 + 14 * 2)
+    assert [s.name for s in released.steps] == ["batch", "0", "1", "2", "3"]

@@ -37,6 +37,32 @@ def test_causes_from_recorded_22_05() -> None:
     assert got["23_1"] == [("FAILED", "application")]
 
 
+def test_a_run_slurm_resized_is_one_run() -> None:
+    """Spare nodes: a job that lost a node (142) or released one (146) has a RESIZING record
+    for its first size, with a submit time of its own (recorded on 22.05)."""
+    histories = build_history(parse.parse_sacct((DATA / "22.05/sacct-resized.txt").read_text()))
+    assert {h.job_id: [(r.state, r.cause) for r in h.runs] for h in histories} == {
+        "142": [("COMPLETED", "completed")],
+        "146": [("COMPLETED", "completed")],
+    }
+    (run,) = histories[0].runs
+    assert (run.elapsed_s, run.nodes, run.nodelist, histories[0].restarts) == (17, 2, "n[1,3]", 0)
+    assert run.submit is not None and run.submit.isoformat() == "2026-12-03T06:11:01"
+    assert run.start is not None and run.start.isoformat() == "2026-12-03T06:11:04"
+
+
+@pytest.mark.parametrize("release", ["24.11/recorded", "26.05/recorded"])
+def test_a_run_slurm_resized_is_one_run_on_later_releases(release: str) -> None:
+    """Job 110 lost a node (Slurm took it out), 112 released one (hpcjobs); on 24.11 the
+    record after a release starts at the job's start and counts its whole time (recorded)."""
+    text = (DATA / release / "sacct-resized.txt").read_text()
+    runs = {h.job_id: h.runs for h in build_history(parse.parse_sacct(text))}
+    assert [len(r) for r in runs.values()] == [1, 1]
+    for (run,) in runs.values():
+        assert run.start is not None and run.end is not None and run.elapsed_s is not None
+        assert run.elapsed_s == (run.end - run.start).total_seconds(), run
+
+
 def test_gap_before_the_next_run() -> None:
     (hist,) = [h for h in build_history(parse.parse_sacct(SACCT22)) if h.job_id == IDS["preempted"]]
     first, second = hist.runs

@@ -15,6 +15,7 @@ from hpcjobs.config.loader import load_site
 from hpcjobs.errors import BadInputError
 from hpcjobs.runtime.supervisor import decide
 from hpcjobs.runtime.supervisor.policy import Policy, dump, parse
+from hpcjobs.runtime.supervisor.slurm import Result, Slurm
 from hpcjobs.runtime.supervisor.supervise import Supervisor, _resize_settings
 from hpcjobs.script.jobspec import JobSpec
 from hpcjobs.script.render import render_job
@@ -282,3 +283,132 @@ def test_exclusions_leave_room_for_the_nodes_and_spares_every_later_job_asks_for
     sup.exclude("stall", ["n2"])
     sup.exclude("stall", ["n3"])
     assert sup.chain.excluded() == ["n3"]
+
+
+# ---- the pre-flight health check --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("out", "failed"),
+    [
+        ("hpcjobs-preflight n1 0 \nhpcjobs-preflight n2 0 ok\nhpcjobs-preflight n3 0 \n", {}),
+        (
+            "hpcjobs-preflight n2 3 GPU 3: ECC errors\nhpcjobs-preflight n1 0 \n"
+            "hpcjobs-preflight n3 0 \n",
+            {"n2": decide.Failed(3, "GPU 3: ECC errors")},
+        ),
+        # n3 printed nothing (its task never ran); stray lines and other nodes are ignored.
+        (
+            "hpcjobs-preflight n1 0 \nhpcjobs-preflight n2 0\nsrun: error\n"
+            "hpcjobs-preflight n9 1 x\nhpcjobs-preflight n3 x y\n",
+            {"n3": decide.Failed(None, "")},
+        ),
+        ("", {n: decide.Failed(None, "") for n in ("n1", "n2", "n3")}),
+    ],
+    ids=["all-pass", "one-fails", "one-silent", "none-answers"],
+)
+def test_preflight_failures(out: str, failed: dict[str, decide.Failed]) -> None:
+    assert decide.preflight_failures(out, ["n1", "n2", "n3"]) == failed
+
+
+def test_a_check_failing_everywhere_blames_no_node() -> None:
+    assert decide.preflight_blames(["n2"], ["n1", "n2", "n3"])
+    assert not decide.preflight_blames(["n1", "n2", "n3"], ["n1", "n2", "n3"])
+    assert not decide.preflight_blames([], ["n1", "n2", "n3"])
+
+
+class CheckedSlurm(JobSlurm):
+    """Job 300 on n[1-3]; the pre-flight check prints what ``answers`` says per node."""
+
+    def __init__(self, answers: dict[str, str]) -> None:
+        super().__init__()
+        self.answers = answers
+        self.argv: list[str] = []
+
+    def run(self, argv: Sequence[str], timeout: float = 20, **_: Any) -> Result:
+        self.argv = list(argv)
+        out = "".join(f"hpcjobs-preflight {n} {a}\n" for n, a in self.answers.items())
+        return Result(0 if out else 1, out, "" if out else "srun: error: Unable to create step")
+
+
+def _checked(tmp_path: Path, answers: dict[str, str]) -> tuple[Supervisor, CheckedSlurm]:
+    slurm = CheckedSlurm(answers)
+    sup = _supervisor(tmp_path, slurm)
+    sup.policy = Policy(nodes=2, spare_nodes=1, health_check="nvidia-smi -q", health_timeout=45)
+    return sup, slurm
+
+
+def test_a_node_that_fails_the_preflight_check_leaves_the_job_and_the_spare_runs(
+    tmp_path: Path,
+) -> None:
+    sup, slurm = _checked(tmp_path, {"n1": "0 ", "n2": "1 GPU 1 fell off the bus", "n3": "0 "})
+    assert sup.take_nodes(sup.preflight())
+    assert (sup.step, slurm.shrunk) == (["n1", "n3"], [["n1", "n3"]])
+    # One srun, one task per node; the site's check is an argument, never part of a script.
+    assert slurm.argv[:6] == [
+        "srun", "--overlap", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1",
+        "--nodelist=n1,n2,n3",
+    ]  # fmt: skip
+    assert slurm.argv[-3:] == ["hpcjobs-preflight", "nvidia-smi -q", "45"]
+    kinds = [(e.event, e.cause) for e in sup.chain.events]
+    assert kinds == [
+        ("start", "-"), ("health", "fail"), ("preflight", "fail"), ("exclude", "infrastructure"),
+    ]  # fmt: skip
+    health, preflight = sup.chain.events[1:3]
+    assert (health.text("node"), health.number("exit")) == ("n2", 1)
+    assert health.text("output") == "GPU 1 fell off the bus"
+    assert (preflight.number("checked"), preflight.names("failed")) == (3, ["n2"])
+    assert sup.chain.excluded() == ["n2"]
+
+
+def test_a_passing_preflight_check_changes_nothing(tmp_path: Path) -> None:
+    sup, slurm = _checked(tmp_path, {"n1": "0 ", "n2": "0 ", "n3": "0 "})
+    assert sup.take_nodes(sup.preflight())
+    assert (sup.step, slurm.shrunk) == (["n1", "n2"], [])
+    (preflight,) = [e for e in sup.chain.events if e.event == "preflight"]
+    assert (preflight.cause, preflight.names("failed")) == ("pass", [])
+    assert preflight.detail.startswith("health check passed on all 3 nodes in ")
+
+
+def test_a_preflight_check_that_cannot_run_blames_no_node(tmp_path: Path) -> None:
+    sup, slurm = _checked(tmp_path, {})
+    assert sup.preflight() == []
+    (preflight,) = [e for e in sup.chain.events if e.event == "preflight"]
+    assert preflight.cause == "skip" and "Unable to create step" in preflight.detail
+    assert sup.chain.excluded() == [] and slurm.shrunk == []
+
+
+def test_no_health_check_no_preflight(tmp_path: Path) -> None:
+    slurm = CheckedSlurm({"n2": "1 x"})
+    sup = _supervisor(tmp_path, slurm)
+    assert sup.preflight() == [] and slurm.argv == []
+
+
+def test_a_failed_batch_host_the_chain_cannot_exclude_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The partition has no room to exclude it (3 nodes, the job needs 3): the run starts."""
+    sup, slurm = _checked(tmp_path, {"n1": "1 bad", "n2": "0 ", "n3": "0 "})
+    slurm.partition_nodes = lambda partition: 3  # type: ignore[method-assign]
+    failed = sup.preflight()
+    assert failed == ["n1"] and not sup.take_nodes(failed)
+    sup.too_few_healthy(failed)
+    assert sup.chain.excluded() == []
+    assert "cannot run without n1, and the chain cannot exclude them" in capsys.readouterr().err
+
+
+def test_accounting_runs_leave_out_the_records_of_earlier_sizes() -> None:
+    class Recorded(Slurm):
+        def run(self, argv: Sequence[str], timeout: float = 20, **_: Any) -> Result:
+            return Result(0, "RESIZING|2026-12-03T06:11:07\nCOMPLETED|2026-12-03T06:11:21\n", "")
+
+    assert Recorded({}).acct_runs("142") == [("COMPLETED", "2026-12-03T06:11:21")]
+
+
+def test_a_check_that_outlives_its_srun_still_gives_the_other_nodes_answers() -> None:
+    result = Slurm({}).run(
+        ["bash", "-c", "echo 'hpcjobs-preflight n1 0 '; sleep 5"], timeout=1, retry=False,
+        partial=True,
+    )  # fmt: skip
+    assert result.rc == 124
+    assert decide.preflight_failures(result.out, ["n1", "n2"]) == {"n2": decide.Failed(None, "")}

@@ -39,6 +39,13 @@ SLURM_STATES = {
 }
 
 
+#: The state of an accounting record of a job Slurm resized while it ran (a node it took out
+#: of a ``--no-kill`` job, or one released with ``scontrol update NodeList=``: spare nodes). No
+#: end of a run: measured on 22.05, such a job has one record per size, every earlier one
+#: ``RESIZING``, each with its own start, end, nodes and AllocTRES; the run goes on in the next.
+RESIZING = "RESIZING"
+
+
 def of_slurm_state(state: str) -> str:
     """The cause a Slurm job state names ("" for none: COMPLETED, RUNNING, ...)."""
     word = state.split(" ", 1)[0].rstrip("+") if state else ""  # sacct cuts long words with +

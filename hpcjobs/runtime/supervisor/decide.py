@@ -177,6 +177,42 @@ def step_nodes(allocation: Sequence[str], batch: str, bad: Collection[str], size
     return chosen if len(chosen) == size else []
 
 
+#: The first word of the line each node's pre-flight check prints: ``MARK node exit last-line``.
+PREFLIGHT_MARK = "hpcjobs-preflight"
+
+
+class Failed(NamedTuple):
+    """A node that failed the pre-flight check: its exit code (None: it printed no line, its
+    check did not run or did not end), and the check's last line of output."""
+
+    exit: int | None
+    output: str
+
+
+def preflight_failures(out: str, nodes: Sequence[str]) -> dict[str, Failed]:
+    """The nodes of ``nodes`` whose pre-flight check failed, in their order, from the lines the
+    checks printed (``out``): a non-zero exit, or no line at all."""
+    exits: dict[str, Failed] = {}
+    for text in out.splitlines():
+        words = text.split(" ", 3)
+        if len(words) < 3 or words[0] != PREFLIGHT_MARK or words[1] not in nodes:
+            continue
+        try:
+            code = int(words[2])
+        except ValueError:
+            continue
+        exits[words[1]] = Failed(code, words[3].strip() if len(words) > 3 else "")
+    failed = {n: exits.get(n, Failed(None, "")) for n in dict.fromkeys(nodes)}
+    return {n: f for n, f in failed.items() if f.exit != 0}
+
+
+def preflight_blames(failed: Collection[str], nodes: Collection[str]) -> bool:
+    """Whether the pre-flight check's failures blame the nodes: not when every node failed (a
+    check that fails everywhere, or could not run at all, says more of itself or of the site
+    than of any node; the run starts as it would without it)."""
+    return bool(failed) and len(set(failed)) < len(set(nodes))
+
+
 class Stall(NamedTuple):
     """A stalled rank as the stall watch found it."""
 

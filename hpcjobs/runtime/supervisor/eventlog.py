@@ -34,8 +34,9 @@ FORMAT = 1
 #: cause, detail). Ids are strings, steps and counts integers, node lists lists of names.
 FIELDS: Mapping[str, tuple[str, ...]] = {
     # A run began: the checkpoint step it resumes from (-1: none), its nodes (a Slurm
-    # hostlist) and its batch host.
-    "start": ("checkpoint", "nodelist", "batch"),
+    # hostlist; with spare nodes, its nodes' names joined by commas) and its batch host.
+    # ``held``: with spare nodes, how many nodes the job held then (the others sat idle).
+    "start": ("checkpoint", "nodelist", "batch", "held"),
     # A run ended for ``cause`` and the chain goes on. ``how``: one of HOWS. ``next``: the job
     # the chain continues in (none for Slurm's own requeue). ``stopped_job``/``stopped_run``:
     # the run that ended (job id, and that job's restart count when it ran). ``slurm_state``:
@@ -64,8 +65,13 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     # The nodes every later run leaves out (the whole list), those let go to stay within
     # ``limit``.
     "exclude": ("nodes", "released", "limit"),
-    # The site's health check on a suspect (cause pass or fail): its exit code, its last line.
+    # The site's health check on one node (cause pass or fail): a suspect's, or a node's that
+    # failed the pre-flight check (exit null: it gave no answer). Its exit code, its last line.
     "health": ("node", "exit", "output"),
+    # The site's health check on every node of a job with spare nodes, before its first run
+    # (cause pass, fail or skip: every node failed, none is blamed): how many nodes it checked,
+    # those that failed (they leave the job, a spare takes their place), how long it took.
+    "preflight": ("checked", "failed", "seconds"),
     # A run got excluded ``nodes`` and handed over to ``next`` at once.
     "handoff": ("next", "nodes"),
 }

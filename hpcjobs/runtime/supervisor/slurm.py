@@ -14,6 +14,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from .causes import RESIZING
+
 
 class Result(NamedTuple):
     rc: int
@@ -52,9 +54,11 @@ class Slurm:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         retry: bool = True,
+        partial: bool = False,
     ) -> Result:
         """Run ``argv``; one killed by SIGTERM runs once more when ``retry`` (never for a
-        command that may have done its work before it was killed: sbatch, srun)."""
+        command that may have done its work before it was killed: sbatch, srun). With
+        ``partial``, a command that timed out still gives what it printed until then."""
         for _ in range(2 if retry else 1):
             try:
                 proc = subprocess.run(
@@ -67,8 +71,10 @@ class Slurm:
                 )
             except FileNotFoundError:
                 return Result(127, "", f"{argv[0]}: not found")
-            except subprocess.TimeoutExpired:
-                return Result(124, "", f"{argv[0]}: timed out after {timeout} s")
+            except subprocess.TimeoutExpired as exc:
+                printed = exc.stdout if partial and isinstance(exc.stdout, bytes) else b""
+                out = printed.decode("utf-8", "replace")
+                return Result(124, out, f"{argv[0]}: timed out after {timeout} s")
             except OSError as exc:
                 return Result(126, "", f"{argv[0]}: {exc}")
             if proc.returncode != -signal.SIGTERM:
@@ -101,12 +107,14 @@ class Slurm:
         return lines[-1].split(" ", 1)[0] if lines else ""
 
     def acct_runs(self, job: str) -> list[tuple[str, str]]:
-        """(state, end) of every run of ``job`` in accounting, the first run first."""
+        """(state, end) of every run of ``job`` in accounting, the first run first; a run Slurm
+        resized is one (its records of earlier sizes, ``RESIZING``, are left out)."""
         out = self.run(["sacct", "-n", "-X", "-D", "-P", "-j", job, "-o", "State,End"]).out
         runs = []
         for line in out.splitlines():
             state, _, end = line.partition("|")
-            runs.append((state, end))
+            if state.split(" ", 1)[0] != RESIZING:
+                runs.append((state, end))
         return runs
 
     def acct_last(self, job: str) -> tuple[str, str, str]:

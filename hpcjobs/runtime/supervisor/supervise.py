@@ -59,6 +59,16 @@ STDERR_LIMIT = 16 * 1024 * 1024
 #: (``draining``) still runs what it has.
 NODE_UNUSABLE = re.compile(r"down|drained|fail|\*")
 
+#: What each node runs for the pre-flight check: the site's check (``$1``), at most ``$2`` s,
+#: then one line for :func:`.decide.preflight_failures`, whatever the check did (``$0`` is
+#: the line's first word).
+PREFLIGHT_SH = (
+    'out=$(timeout -k 5 "$2" bash -c "$1" 2>&1 </dev/null); rc=$?\n'
+    "last=$(printf '%s\\n' \"$out\" | tr -d '\\r' | grep -v '^[[:space:]]*$' | tail -n 1"
+    " | cut -c1-200)\n"
+    'printf \'%s %s %s %s\\n\' "$0" "${SLURMD_NODENAME:-$(hostname -s)}" "$rc" "$last"\n'
+)
+
 #: How long the agents get to write once more and clean up (an agent on a dead node never
 #: answers: its srun is killed then).
 AGENTS_STOP_S = 5
@@ -364,7 +374,9 @@ class Supervisor:
             self.chain_ends()
             raise Stop(0)
         if self.policy.spare_nodes > 0:
-            self.take_nodes()
+            failed = self.preflight()
+            if not self.take_nodes(failed) and failed:
+                self.too_few_healthy(failed)
         self.handoff_if_excluded()
         self.faults_begin()
         self.start_agents()  # from here on every run ends in finish(), which stops them
@@ -375,6 +387,7 @@ class Supervisor:
         step = self.latest_step()
         nodelist = ",".join(self.step) or self.env.get("SLURM_JOB_NODELIST") or "?"
         batch = self.batch or "?"
+        held = {"held": len(self.allocation)} if self.step else {}
         self.event(
             "start",
             "-",
@@ -382,6 +395,7 @@ class Supervisor:
             checkpoint=step,
             nodelist=nodelist,
             batch=batch,
+            **held,
         )
         # The marker 'hpcjobs logs --restart N' splits the log on.
         sys.stdout.write(f"hpcjobs: run {count} of job {self.root}\n")
@@ -1098,6 +1112,72 @@ class Supervisor:
         )
         self.log(f"health check failed on {node} (exit code {result.rc})")
         return False
+
+    def preflight(self) -> list[str]:
+        """With spare nodes and a site health check, before the job's first run: the check on
+        every node of the job at once (one srun, one task per node, each at most
+        ``health_timeout`` s). The nodes that fail it are logged and excluded; the caller takes
+        them out of the job, so that a spare runs in their place. [] when none fails, or when
+        every node fails (:func:`.decide.preflight_blames`)."""
+        check = self.policy.health_check
+        nodes = self.slurm.hostnames(self.env.get("SLURM_JOB_NODELIST", ""))
+        if not check or not nodes:
+            return []
+        count = str(len(nodes))
+        argv = ["srun", "--overlap", "--nodes=" + count, "--ntasks=" + count]
+        argv += ["--ntasks-per-node=1", "--nodelist=" + ",".join(nodes)]
+        argv += ["--job-name=hpcjobs-preflight", "--quiet", "bash", "-c", PREFLIGHT_SH]
+        argv += [decide.PREFLIGHT_MARK, check, str(self.policy.health_timeout)]
+        started = self.clock()
+        timeout = self.policy.health_timeout + 30  # each node's check ends 5 s after its limit
+        result = self.slurm.run(argv, timeout=timeout, retry=False, partial=True)
+        seconds = round(self.clock() - started, 2)
+        failed = decide.preflight_failures(result.out, nodes)
+        blamed = decide.preflight_blames(failed, nodes)
+        for node, failure in failed.items() if blamed else ():
+            code = "none" if failure.exit is None else str(failure.exit)
+            self.event(
+                "health",
+                "fail",
+                f"node={node} exit={code} {failure.output}",
+                node=node,
+                exit=failure.exit,
+                output=failure.output,
+            )
+        if not failed:
+            verdict, what = "pass", f"passed on all {count} nodes"
+        elif blamed:
+            verdict, what = "fail", "failed on " + ",".join(failed)
+        else:
+            why = (result.err.strip().splitlines() or ["no node printed a result"])[-1][:200]
+            verdict, what = "skip", f"failed on every node ({why}); it blames none"
+        self.event(
+            "preflight",
+            verdict,
+            f"health check {what} in {seconds} s",
+            checked=len(nodes),
+            failed=list(failed) if blamed else [],
+            seconds=seconds,
+        )
+        self.log(f"pre-flight health check {what} ({seconds} s)")
+        if not blamed:
+            return []
+        self.exclude(INFRASTRUCTURE, list(failed))
+        if self.batch in failed:
+            self.log(f"the batch host {self.batch} failed the pre-flight check")
+        return list(failed)
+
+    def too_few_healthy(self, failed: Sequence[str]) -> None:
+        """The job cannot run without nodes that failed the pre-flight check (its batch host,
+        or more nodes than it has spares): a job without them takes over (the hand-off) where
+        the chain excludes them; where it cannot (the partition has no room), the run starts
+        with them, and says so."""
+        if set(failed) & set(self.chain.excluded()):
+            return  # handoff_if_excluded() hands over
+        self.log(
+            "job {} cannot run without {}, and the chain cannot exclude them (the partition "
+            "has no room): the run starts with them".format(self.job, ",".join(failed))
+        )
 
     def crash(self) -> tuple[str, str, str]:
         """After a non-zero exit no signal explains: (cause, suspect, evidence). Infrastructure
