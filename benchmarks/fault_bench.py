@@ -3,8 +3,8 @@
 For a 2-node ``hpcjobs submit`` job (one rank per node) it injects, one job each:
 
   * node failure: the node that is not the batch host is set DOWN;
-  * batch host failure: the batch host's slurmd is frozen and the job's processes there and
-    their slurmstepd killed (nothing of that run can act), then it is set DOWN;
+  * batch host failure: the batch host's slurmd and slurmstepd are frozen and the job's
+    processes there killed (nothing of that run can act), then it is set DOWN;
   * infrastructure crash: rank 1 prints a real NCCL InfiniBand error and exits 1;
   * stall: rank 1 stops progressing (``--stall-timeout 10``, the site's 10 s grace).
 

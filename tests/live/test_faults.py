@@ -9,10 +9,8 @@ cause, the suspect, the evidence and the exclusions, as ``hpcjobs history`` does
 A node failure is ``scontrol update nodename=X state=down``: Slurm kills the job's steps, and the
 sandbox's ``ReturnToService=2`` brings the node back at once (its slurmd still answers), so the
 exclusion is all that keeps the next run off it. For a dead batch host the test first
-silences that node's slurmd (SIGSTOP) and kills the job's processes there and their
-slurmstepd, the batch script among them, so that nothing of that run can act, as on a host that
-lost power. (Stopping the slurmstepd instead, and letting it go on later, once left a step that
-never ended on the revived node: 60 s later Slurm drained it, "Kill task failed".)
+silences that node's slurmd and slurmstepd (SIGSTOP) and kills the job's processes there, the
+batch script among them, so that nothing of that run can act, as on a host that lost power.
 """
 
 from __future__ import annotations
@@ -150,7 +148,7 @@ def _parent(pid: int) -> int:
 
 
 def node_processes(conf: str, job_id: str, node: str) -> tuple[list[int], list[int]]:
-    """(the job's processes on ``node`` and their slurmstepd, that node's slurmd), for the
+    """(the job's processes on ``node``, that node's slurmd and slurmstepd processes), for the
     sandbox whose ``slurm.conf`` is ``conf``. The sandboxes of other releases run side by side
     with the same node names and job ids: only processes under this test's own root count."""
     job_pids = []
@@ -170,8 +168,8 @@ def node_processes(conf: str, job_id: str, node: str) -> tuple[list[int], list[i
         if env.get("SLURM_JOB_ID") == job_id and env.get("SLURMD_NODENAME") == node:
             job_pids.append(pid)
             parent = _parent(pid)
-            if _cmdline(parent).startswith("slurmstepd") and parent not in job_pids:
-                job_pids.append(parent)
+            if _cmdline(parent).startswith("slurmstepd"):
+                daemons.add(parent)
     return job_pids, sorted(daemons)
 
 
@@ -213,10 +211,9 @@ def test_node_down_resumes_on_other_nodes_within_seconds(cluster: Cluster) -> No
 
 
 def batch_host_dies(job: Job) -> tuple[str, float, Interruption, Event, list[str]]:
-    """The batch host of ``job``'s first run dies: its slurmd falls silent, the job's processes
-    there and their slurmstepd are gone (the batch script among them, so nothing of that run can
-    act); then Slurm marks it DOWN. (batch host, when, the interruption, the next run's start,
-    its nodes)."""
+    """The batch host of ``job``'s first run dies: its Slurm daemons fall silent, its processes
+    are gone (the batch script among them, so nothing of that run can act); then Slurm marks it
+    DOWN. (batch host, when, the interruption, the next run's start, its nodes)."""
     cluster = job.cluster
     batch = events(job.chain, "start")[0].detail.split("batch=")[1]
     job_pids, daemons = node_processes(cluster.env["SLURM_CONF"], job.root, batch)
