@@ -1102,16 +1102,17 @@ class Supervisor:
             self.event("health", "pass", f"node={node} {last}", node=node, exit=0, output=last)
             self.log(f"health check passed on {node}; it is not excluded")
             return True
-        self.event(
-            "health",
-            "fail",
-            f"node={node} exit={result.rc} {last}",
-            node=node,
-            exit=result.rc,
-            output=last,
-        )
+        self.health_failed(node, result.rc, last)
         self.log(f"health check failed on {node} (exit code {result.rc})")
         return False
+
+    def health_failed(self, node: str, code: int | None, output: str) -> None:
+        """Log that ``node`` failed the site's health check (``code`` None: no answer)."""
+        shown = "none" if code is None else str(code)
+        self.event(
+            "health", "fail", f"node={node} exit={shown} {output}", node=node, exit=code,
+            output=output,
+        )  # fmt: skip
 
     def preflight(self) -> list[str]:
         """With spare nodes and a site health check, before the job's first run: the check on
@@ -1135,15 +1136,7 @@ class Supervisor:
         failed = decide.preflight_failures(result.out, nodes)
         blamed = decide.preflight_blames(failed, nodes)
         for node, failure in failed.items() if blamed else ():
-            code = "none" if failure.exit is None else str(failure.exit)
-            self.event(
-                "health",
-                "fail",
-                f"node={node} exit={code} {failure.output}",
-                node=node,
-                exit=failure.exit,
-                output=failure.output,
-            )
+            self.health_failed(node, failure.exit, failure.output)
         if not failed:
             verdict, what = "pass", f"passed on all {count} nodes"
         elif blamed:
