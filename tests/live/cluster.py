@@ -15,6 +15,7 @@ from pathlib import Path
 from hpcjobs.jobs.chain import Chain, chain_file, read_chain
 from hpcjobs.runner import LocalRunner
 from hpcjobs.runtime.checkpoint import CheckpointDir
+from hpcjobs.runtime.supervisor.names import progress_dir
 from tests.live.waiting import wait_for
 
 BIN = Path(sys.executable).absolute().parent
@@ -215,6 +216,22 @@ class Job:
             return reached if reached is not None and reached >= step else None
 
         return wait_for(f"job {self.root} to reach step {step}", probe, timeout, every=0.1)
+
+    def agents_reporting(self, timeout: float = 60) -> list[str]:
+        """Wait until the node agent on every node of the job has written its first summary
+        (the deputy, which watches the batch host, among them); the job's nodes."""
+        folder = self.folder / progress_dir(self.root)
+
+        def probe() -> list[str] | None:
+            text = self.cluster.slurm("squeue", "-h", "-j", self.root, "-o", "%N", check=False)
+            hostlist = text.strip()
+            if not hostlist:
+                return None
+            nodes = self.cluster.slurm("scontrol", "show", "hostnames", hostlist).split()
+            up = nodes and all((folder / f"node-{node}").is_file() for node in nodes)
+            return nodes if up else None
+
+        return wait_for(f"the node agents of job {self.root}", probe, timeout, every=0.2)
 
     def running(self, job_id: str, timeout: float = 60) -> None:
         wait_for(

@@ -19,11 +19,28 @@ import pytest
 
 from tests.conftest import IN_CI, TEST_SANDBOX_DIR
 from tests.live.cluster import Cluster
+from tests.live.processes import stepds
 from tests.live.sshd import SshServer, ensure_openssh_server, start_sshd, unavailable_reason
 
 #: How long a test's jobs may take to leave the queue after the test (its own clean-up has
 #: cancelled them by then; COMPLETING lasts up to the sandbox's KillWait).
 LEFTOVER_GRACE_S = 30.0
+
+
+#: How long a step's slurmstepd may outlive the step's job: a little more than the sandbox's
+#: UnkillableStepTimeout, after which Slurm drains the node and the slurmstepd exits.
+STEP_GRACE_S = 75.0
+
+
+def _lingering_steps() -> tuple[float, list[str]]:
+    """How long this sandbox's slurmstepd processes outlived its queue (at most STEP_GRACE_S),
+    and those still there then (each as its command line)."""
+    started = time.monotonic()
+    left = stepds()
+    while left and time.monotonic() - started < STEP_GRACE_S:
+        time.sleep(0.5)
+        left = stepds()
+    return time.monotonic() - started, [line for _pid, line in left]
 
 
 def _leftovers(runner: object) -> tuple[list[str], list[str]]:
@@ -58,8 +75,17 @@ def _cluster_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
     while (jobs or busy) and time.monotonic() < deadline:
         time.sleep(0.5)
         jobs, busy = _leftovers(runner)
+    steps: list[str] = []
     if not jobs and not busy:
-        return
+        # A step that outlives its job drains its node UnkillableStepTimeout later ("Kill task
+        # failed"): wait for it here, so that the test that left it is named, not the next.
+        waited, steps = _lingering_steps()
+        if waited < 2.0:
+            return
+        time.sleep(2.0)  # the drain reaches slurmctld just after the slurmstepd ends
+        jobs, busy = _leftovers(runner)
+        if not jobs and not busy and not steps:
+            return
     box.cancel_all_jobs()
     down = [
         line.split()[0]
@@ -74,7 +100,8 @@ def _cluster_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
         )
     pytest.fail(
         f"{request.node.nodeid} left the cluster busy {LEFTOVER_GRACE_S:.0f} s after it ended "
-        f"(now cancelled): jobs {jobs or 'none'}; nodes not idle {busy or 'none'}",
+        f"(now cancelled): jobs {jobs or 'none'}; nodes not idle {busy or 'none'}"
+        + (f"; Slurm steps still there {STEP_GRACE_S:.0f} s later: {steps}" if steps else ""),
         pytrace=False,
     )
 

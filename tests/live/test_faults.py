@@ -29,6 +29,7 @@ from hpcjobs.report.progress import read_progress
 from hpcjobs.runner import LocalRunner
 from hpcjobs.runtime.progress import Report
 from tests.live.cluster import HPCJOBS, Cluster, Job, reference
+from tests.live.processes import cmdline, environ_of, parent_of, root_of
 from tests.live.waiting import wait_for
 
 #: A real NCCL InfiniBand completion error, as NCCL 2.21 prints it (src/transport/net_ib.cc).
@@ -44,6 +45,9 @@ TWO_NODES = ("-N", "2", "--gpus-per-node", "1", "-t", "5:00")
 #: ~121 s requeue hold, with room for a loaded 2-core CI machine. The figures are measured in
 #: benchmarks/fault_bench.py, not asserted here.
 SANITY_S = 60
+
+#: How long a frozen node stays silent before the test marks it DOWN (see batch_host_dies).
+SILENT_BEFORE_DOWN_S = 2.0
 
 
 def nodes_of(cluster: Cluster, job_id: str) -> list[str]:
@@ -113,62 +117,28 @@ def node_down(cluster: Cluster, node: str) -> Iterator[float]:
         wait_for(f"node {node} to be back", lambda: cluster.node_up(node), 60)
 
 
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
-
-
-def _root(pid: int | str) -> tuple[int, int] | None:
-    """The (device, inode) of a process's root folder: each Debian root of another release has
-    its own."""
-    try:
-        found = os.stat(f"/proc/{pid}/root")
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
 def node_processes(conf: str, job_id: str, node: str) -> tuple[list[int], list[int]]:
     """(the job's processes on ``node``, that node's slurmd and slurmstepd processes), for the
     sandbox whose ``slurm.conf`` is ``conf``. The sandboxes of other releases run side by side
     with the same node names and job ids: only processes under this test's own root count."""
     job_pids = []
     daemons = set()
-    mine = _root("self")
+    mine = root_of("self")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
-        if _root(pid) != mine:
+        if root_of(pid) != mine:
             continue
-        cmd = _cmdline(pid)
+        cmd = cmdline(pid)
         if cmd.startswith("/usr/sbin/slurmd ") and f"-f {conf}" in cmd and cmd.endswith(f" {node}"):
             daemons.add(pid)
             continue
-        env = _environ(pid)
+        env = environ_of(pid)
         if env.get("SLURM_JOB_ID") == job_id and env.get("SLURMD_NODENAME") == node:
             job_pids.append(pid)
-            parent = _parent(pid)
-            if _cmdline(parent).startswith("slurmstepd"):
+            parent = parent_of(pid)
+            if cmdline(parent).startswith("slurmstepd"):
                 daemons.add(parent)
     return job_pids, sorted(daemons)
 
@@ -213,24 +183,44 @@ def test_node_down_resumes_on_other_nodes_within_seconds(cluster: Cluster) -> No
 def batch_host_dies(job: Job) -> tuple[str, float, Interruption, Event, list[str]]:
     """The batch host of ``job``'s first run dies: its Slurm daemons fall silent, its processes
     are gone (the batch script among them, so nothing of that run can act); then Slurm marks it
-    DOWN. (batch host, when, the interruption, the next run's start, its nodes)."""
+    DOWN. (batch host, when, the interruption, the next run's start, its nodes).
+
+    Only once the deputy watches: a batch host lost before that leaves nobody to end the job
+    (see docs/requeue.md). Slurm is told a little after the node fell silent: an
+    answer its slurmd gave just before, handled after the DOWN, would bring the node back to
+    service (ReturnToService=2). When the test ends, the node's frozen slurmstepd processes are
+    killed, not continued, as a reboot would: a continued one can outlive Slurm's kill and
+    drain the node ("Kill task failed")."""
     cluster = job.cluster
     batch = events(job.chain, "start")[0].detail.split("batch=")[1]
+    job.agents_reporting()
     job_pids, daemons = node_processes(cluster.env["SLURM_CONF"], job.root, batch)
     assert job_pids and daemons, "no process of the job found on its batch host"
+    stepds = [pid for pid in daemons if cmdline(pid).startswith("slurmstepd")]
     _signal_all(daemons, signal.SIGSTOP)
     try:
+        # All at once, as a dead host: each process stops before any dies, else the supervisor
+        # could see its step end and ask the agents (the deputy too) to end.
+        _signal_all(job_pids, signal.SIGSTOP)
         _signal_all(job_pids, signal.SIGKILL)
+        time.sleep(SILENT_BEFORE_DOWN_S)
         with node_down(cluster, batch) as down_at:
             try:
                 stop, start = resumed(job)
                 nodes = run_nodes(cluster, start)
             finally:
                 # Before the node is resumed: a stopped slurmd never brings it back.
-                _signal_all(daemons, signal.SIGCONT)
+                _revive(daemons, stepds)
     finally:
-        _signal_all(daemons, signal.SIGCONT)
+        _revive(daemons, stepds)
     return batch, down_at, stop, start, nodes
+
+
+def _revive(daemons: list[int], stepds: list[int]) -> None:
+    """The node of :func:`batch_host_dies` comes back: its slurmd goes on, its job's
+    slurmstepd processes are gone."""
+    _signal_all(stepds, signal.SIGKILL)
+    _signal_all([pid for pid in daemons if pid not in stepds], signal.SIGCONT)
 
 
 def test_batch_host_dies_and_the_standby_takes_over(cluster: Cluster) -> None:

@@ -963,6 +963,9 @@ class Supervisor:
             # A run started now would get no warning before the time limit.
             self.log(f"{cause}: too little time left in job {self.job} to run again in it")
             return False
+        # The agents end before a node leaves the job: Slurm would otherwise kill their step
+        # there, and a step that outlives that kill drains the node ("Kill task failed").
+        self.stop_agents()
         if not self.take_nodes(failed):
             self.log(f"{cause}: too few nodes left in job {self.job} to run again in it")
             return False
