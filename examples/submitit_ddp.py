@@ -29,28 +29,37 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 EXAMPLES = Path(__file__).resolve().parent
 if str(EXAMPLES) not in sys.path:
     sys.path.insert(0, str(EXAMPLES))
 
-from ddp_train import batch, digest, make_model, warm_up  # noqa: E402  (lives next to this file)
+from ddp_train import digest, make_model, train_step, warm_up  # noqa: E402  (next to this file)
 
 import hpcjobs  # noqa: E402
-from hpcjobs.runtime.distributed import init_process_group, leave_process_group  # noqa: E402
+from hpcjobs.runtime.distributed import (  # noqa: E402
+    accumulation_scale,
+    init_process_group,
+    leave_process_group,
+)
 
 
 class Train(hpcjobs.Resumable):
     """Train the example MLP for ``steps`` steps and return the digest of its weights."""
 
     def __init__(
-        self, steps: int = 200, step_time: float = 0.2, checkpoint_every: int = 20
+        self,
+        steps: int = 200,
+        step_time: float = 0.2,
+        checkpoint_every: int = 20,
+        micro_batches: int = 0,
     ) -> None:
         self.steps = steps
         self.step_time = step_time
         self.checkpoint_every = checkpoint_every
+        #: Per step, whatever the world size (0: the first run's ranks), as in ddp_train.py.
+        self.micro = micro_batches
 
     def __call__(self) -> str:
         info = init_process_group()
@@ -69,25 +78,25 @@ class Train(hpcjobs.Resumable):
             self.say(f"starting from scratch: {self.steps} steps on {info.world_size} ranks")
         ddp = DistributedDataParallel(model)
         warm_up(ddp, info.rank)  # the same gradient buckets on every run (see ddp_train.py)
-        loss_fn = nn.MSELoss()
+        kept = last.meta.get("micro_batches") if last is not None else None
+        micro = self.micro or (kept if isinstance(kept, int) else 0) or self.world_size
+        mine = list(self.micro_batches(micro))
+        scale = accumulation_scale(micro, self.world_size)
 
         def write(folder: Path) -> None:
             state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
             torch.save(state, folder / "state.pt")
 
         for step in range(start, self.steps):
-            x, y = batch(step, info.rank)
-            optimizer.zero_grad()
-            loss = loss_fn(ddp(x), y)
-            loss.backward()
-            optimizer.step()
+            share = train_step(ddp, optimizer, step, mine, scale)
+            loss = share / (scale * len(mine))  # the mean of this rank's micro-batches
             time.sleep(self.step_time)
             self.note_progress(step)
             if self.stop.should_stop():  # collective: every rank, same place
-                self.save(step, write, {"loss": loss.item()})
+                self.save(step, write, {"loss": loss.item(), "micro_batches": micro})
                 self.interrupted(f"stop signal ({self.stop.signal_name}) at step {step}")
             if (step + 1) % self.checkpoint_every == 0:
-                self.save(step, write, {"loss": loss.item()})
+                self.save(step, write, {"loss": loss.item(), "micro_batches": micro})
                 self.say(f"step {step + 1}/{self.steps} loss {loss.item():.5f} (checkpoint)")
 
         final = digest(model)

@@ -95,6 +95,7 @@ def shared_tmp(sandbox: object) -> Iterator[Path]:
 #: venvs have none: there they are deselected, loudly; bookworm still runs them.
 TORCH_TESTS = (
     "tests/live/test_torchrun.py",
+    "tests/live/test_elastic_ddp.py",
     "tests/live/test_plan_apply.py",
     "test_ddp_preempted_once",
     "test_quick_tour_runs_as_written",

@@ -61,6 +61,37 @@ class Count(_IntType):
             self.fail(str(exc), param, ctx)
 
 
+if TYPE_CHECKING:
+    _RangeType = click.ParamType[tuple[int, int]]
+else:
+    _RangeType = click.ParamType
+
+
+class NodeRange(_RangeType):
+    """``-N``: a node count (``4``) or an elastic range (``2-4``, Slurm's own syntax), as
+    (fewest, most); both ASCII digits, at least 1, the first not above the second."""
+
+    name = "N or MIN-MAX"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[int, int]:
+        from hpcjobs.safetext import MAX_COUNT, check_int
+
+        if isinstance(value, tuple):
+            return value
+        text = str(value)
+        first, dash, last = text.partition("-")
+        try:
+            low = check_int(first, minimum=1, maximum=MAX_COUNT, text_ok=True)
+            high = check_int(last, minimum=1, maximum=MAX_COUNT, text_ok=True) if dash else low
+        except ValueError as exc:
+            self.fail(f"{text!r}: {exc} (a node count, or MIN-MAX such as 2-4)", param, ctx)
+        if low > high:
+            self.fail(f"{text!r}: the fewest nodes come first, as in {high}-{low}", param, ctx)
+        return low, high
+
+
 def host_option(function: F) -> F:
     """The ``--host`` option: run the command on a login node over SSH instead of here."""
     decorator = click.option(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from hpcjobs.cli.options import Count, host_option, make_runner
+from hpcjobs.cli.options import Count, NodeRange, host_option, make_runner
 from hpcjobs.config.launchers import LAUNCHERS, launcher_help
 from hpcjobs.errors import BadInputError, HpcJobsError
 
@@ -39,7 +39,14 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("-J", "--job-name", help="Job name (default: the program's name)."),
         click.option("-p", "--partition", help="Partition (default: the site's)."),
-        click.option("-N", "--nodes", type=Count(1), help="Number of nodes."),
+        click.option(
+            "-N",
+            "--nodes",
+            type=NodeRange(),
+            help="Number of nodes, or an elastic MIN-MAX range (e.g. 2-4): the job starts with "
+            "as many as Slurm gives, and after a node is lost runs again on the nodes left while "
+            "they are at least MIN (docs/requeue.md, 'Elastic size').",
+        ),
         click.option("-t", "--time", help="Time limit, Slurm syntax (MM, HH:MM:SS, D-HH:MM)."),
         click.option("-A", "--account", help="Account to charge."),
         click.option("-q", "--qos", help="Quality of service."),
@@ -301,10 +308,12 @@ def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
             container["workdir"] = flags["container_workdir"]
     elif flags.get("container_mount") or flags.get("container_workdir"):
         raise BadInputError("--container-mount and --container-workdir need --container-image")
+    nodes = flags.get("nodes")
     return {
         "name": flags.get("job_name"),
         "partition": flags.get("partition"),
-        "nodes": flags.get("nodes"),
+        "nodes": nodes[1] if nodes else None,
+        "min_nodes": nodes[0] if nodes else None,
         "time": flags.get("time"),
         "account": flags.get("account"),
         "qos": flags.get("qos"),

@@ -22,6 +22,7 @@ from hpcjobs.report.goodput import (
     RunWindow,
     assign_reports,
     percentile,
+    shrunk_share,
     spare_share,
     split_run,
     step_times,
@@ -320,6 +321,7 @@ def chain_report(
             chain_has_progress=has_progress,
             restarts=[s.time for s in starts[1:]],
             spare=_spare(run, starts),
+            shrunk=_shrunk(run, starts),
         )
         stepped = [r.step for r in reports if r.step is not None]
         if stepped:
@@ -441,6 +443,19 @@ def _spare(run: RunReport, starts: Sequence[Event]) -> float:
         used = len([n for n in event.text("nodelist").split(",") if n])
         segments.append((run.start if i == 0 else event.time, held, min(used, held)))
     return spare_share(segments, run.end)
+
+
+def _shrunk(run: RunReport, starts: Sequence[Event]) -> float:
+    """The share of a run it ran below full size, from its starts' nodes (``full``: the nodes
+    of a full-size run of a job with an elastic size); 0 for a job of a fixed size."""
+    segments = []
+    for i, event in enumerate(starts):
+        full = event.number("full")
+        if full is None:
+            return 0.0
+        used = len([n for n in event.text("nodelist").split(",") if n])
+        segments.append((run.start if i == 0 else event.time, full, min(used, full)))
+    return shrunk_share(segments, run.end)
 
 
 def _begin(run: RunReport, chain: Chain | None) -> float:

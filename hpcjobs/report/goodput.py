@@ -17,7 +17,10 @@ allocated wall time ``[start, end]`` is cut into disjoint parts that add up to i
   and a step is ``redone`` whenever any earlier report (of this run or an earlier one) had
   reached it;
 - ``spare``: the share of the allocation its spare nodes held while idle, taken evenly out of
-  the other parts (:func:`spare_share`).
+  the other parts (:func:`spare_share`);
+- ``shrunk``: for a job with an elastic size, the share of the run's capacity it lacked while it
+  ran on fewer nodes than its full size, taken out of the other parts the same way
+  (:func:`shrunk_share`).
 
 A run without any progress report is all ``startup`` when the chain reported progress in some
 run; a chain without any report gets no breakdown at all (``None``).
@@ -38,7 +41,9 @@ STALL_FACTOR = 5.0
 #: ... and only when it exceeds the median by at least this many seconds.
 STALL_MIN_S = 2.0
 
-PARTS = ("goodput", "startup", "redone", "checkpoint", "stall", "warning", "tail", "spare")
+PARTS = (
+    "goodput", "startup", "redone", "checkpoint", "stall", "warning", "tail", "spare", "shrunk",
+)  # fmt: skip
 BADPUT_PARTS = PARTS[1:]
 #: How each badput part is called in tables and on the page.
 LABELS = {
@@ -50,6 +55,7 @@ LABELS = {
     "warning": "warning signal to the end of the run",
     "tail": "after the last progress",
     "spare": "spare nodes held idle",
+    "shrunk": "running below full size",
 }
 
 
@@ -121,6 +127,21 @@ def spare_share(segments: Sequence[tuple[float, int, int]], end: float) -> float
     return idle / held if held > 0 else 0.0
 
 
+def shrunk_share(segments: Sequence[tuple[float, int, int]], end: float) -> float:
+    """The share of a run's time it lacked capacity, running on fewer nodes than its full
+    size. ``segments``: for each time the program started in the run's allocation, in time
+    order, (when, the nodes of a full-size run, nodes the program ran on); each lasts until the
+    next, the last until ``end``. A run on 2 of 3 nodes for all its time: 1/3."""
+    total = lacked = 0.0
+    for i, (begin, full, used) in enumerate(segments):
+        until = segments[i + 1][0] if i + 1 < len(segments) else end
+        span = max(0.0, until - begin)
+        total += span
+        if full > 0:
+            lacked += span * max(0, full - used) / full
+    return lacked / total if total > 0 else 0.0
+
+
 def split_run(
     run: RunWindow,
     reports: Sequence[Report],
@@ -129,19 +150,24 @@ def split_run(
     chain_has_progress: bool,
     restarts: Sequence[float] = (),
     spare: float = 0.0,
+    shrunk: float = 0.0,
 ) -> RunParts | None:
     """The parts of one run. ``reports`` are the reference rank's reports made during this
     run (time order; see :func:`assign_reports`); ``reached_before`` is the highest step an
     earlier run reported; ``restarts``: when the program started again inside this run's
     allocation; ``spare``: the share of the run its spare nodes sat idle
-    (:func:`spare_share`). None when the chain has no progress at all."""
+    (:func:`spare_share`); ``shrunk``: the share it ran below full size (:func:`shrunk_share`).
+    None when the chain has no progress at all."""
     if not chain_has_progress:
         return None
     parts = _split_run(run, reports, reached_before, sorted(restarts))
-    if spare > 0:
+    lost = {"spare": spare, "shrunk": shrunk}
+    kept = 1.0 - min(1.0, spare + shrunk)
+    if kept < 1.0:
         for part in PARTS:
-            parts.seconds[part] *= 1.0 - spare
-        parts.seconds["spare"] = spare * run.elapsed
+            parts.seconds[part] *= kept
+        for part, share in lost.items():
+            parts.seconds[part] = share * run.elapsed
     return parts
 
 
@@ -274,6 +300,7 @@ __all__ = [
     "assign_reports",
     "median_step_time",
     "percentile",
+    "shrunk_share",
     "spare_share",
     "split_run",
     "step_times",

@@ -23,6 +23,7 @@ COLOURS = {
     "warning": "#e67e22",
     "tail": "#8c8c8c",
     "spare": "#b5a58a",
+    "shrunk": "#c9b3d9",
 }
 WAIT_COLOUR = "#d0d7de"
 WIDTH = 900

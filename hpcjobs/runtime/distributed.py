@@ -187,3 +187,24 @@ def leave_process_group() -> None:
         return
     dist.barrier()
     dist.destroy_process_group()
+
+
+def micro_batches(total: int, rank: int, world_size: int) -> range:
+    """The micro-batches of a step that ``rank`` takes, when a step is ``total`` micro-batches
+    whatever the world size (an elastic job keeps its global batch): every ``world_size``-th,
+    from ``rank``. Each rank sums its gradients over them (``no_sync()`` but for the last) with
+    each loss times :func:`accumulation_scale`; DDP's mean over the ranks is then the mean over
+    all ``total``, at any world size. ValueError when a rank would get none."""
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not one of {world_size} ranks")
+    if total < world_size:
+        raise ValueError(
+            f"a step of {total} micro-batches cannot give each of {world_size} ranks one"
+        )
+    return range(rank, total, world_size)
+
+
+def accumulation_scale(total: int, world_size: int) -> float:
+    """What each micro-batch's loss is multiplied by (see :func:`micro_batches`):
+    ``world_size / total``."""
+    return world_size / total

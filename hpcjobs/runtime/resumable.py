@@ -133,6 +133,23 @@ class Resumable:
         return _env_int("RANK", "SLURM_PROCID")
 
     @property
+    def world_size(self) -> int:
+        """How many ranks this run has (1 outside distributed jobs). An elastic job's runs may
+        differ in it; :meth:`micro_batches` keeps the global batch the same."""
+        dist = initialised_dist()
+        if dist is not None:
+            return int(dist.get_world_size())
+        return _env_int("WORLD_SIZE", "SLURM_NTASKS") or 1
+
+    def micro_batches(self, total: int) -> range:
+        """This rank's share of a step of ``total`` micro-batches, the same global batch at any
+        world size: sum the gradients over them, each loss times ``world_size / total``
+        (:func:`hpcjobs.runtime.distributed.micro_batches`)."""
+        from hpcjobs.runtime.distributed import micro_batches
+
+        return micro_batches(total, self.rank, self.world_size)
+
+    @property
     def restart_count(self) -> int:
         """How many runs of this job came before this one (0 on the first run)."""
         return _env_int("HPCJOBS_RESTART_COUNT", "SLURM_RESTART_COUNT")

@@ -224,6 +224,9 @@ class JobSpec(_Model):
     name: Annotated[SafeStr, Field(min_length=1, max_length=200)] | None = None
     partition: Word | None = None
     nodes: Annotated[int, _count(1)] = 1
+    #: Elastic size: the fewest nodes a run may take; ``nodes`` is then the most (None or
+    #: ``nodes``: a fixed size). Slurm gets the range (``--nodes=MIN-MAX``).
+    min_nodes: Annotated[int, _count(1)] | None = None
     #: Nodes held beyond ``nodes`` to replace a failed one inside the job (None: the site's).
     spare_nodes: Annotated[int, _count(0)] | None = None
     gpus_per_node: Annotated[int, _count(0)] | None = None
@@ -423,7 +426,7 @@ def resolve_spec(
     part = site.partition(spec.partition)
     launcher: Launcher = spec.launcher or part.launcher
     gpus = _check_gpus(spec, part)
-    spare = _check_nodes(spec, part)
+    spare = _check_nodes(spec, part, launcher)
     time = spec.time or site.slurm.time
     time_s = _check_time(time, part)
     ntasks = _tasks_per_node(spec, launcher, gpus)
@@ -449,6 +452,7 @@ def resolve_spec(
             "name": name,
             "partition": part.name,
             "spare_nodes": spare,
+            "min_nodes": spec.min_nodes if spec.min_nodes != spec.nodes else None,
             "gpus_per_node": gpus,
             "ntasks_per_node": ntasks,
             "cpus_per_task": cpus,
@@ -475,13 +479,25 @@ def _check_gpus(spec: JobSpec, part: Partition) -> int:
     return gpus
 
 
-def _check_nodes(spec: JobSpec, part: Partition) -> int:
+def _check_nodes(spec: JobSpec, part: Partition, launcher: str) -> int:
     """The job's spare nodes, once its nodes and spares fit the partition."""
     if spec.nodes > part.max_nodes:
         raise BadInputError(
             f"{spec.nodes} nodes requested, but partition {part.name!r} allows at most "
             f"{part.max_nodes}",
             hint=f"ask for at most -N {part.max_nodes}, or pick another partition",
+        )
+    if spec.min_nodes is not None and spec.min_nodes > spec.nodes:
+        raise BadInputError(
+            f"min_nodes {spec.min_nodes} is above nodes {spec.nodes}",
+            hint="nodes is the most nodes a run takes and min_nodes the fewest: set nodes to "
+            f"{spec.min_nodes} or more, or lower min_nodes (on the command line: -N MIN-MAX)",
+        )
+    if spec.min_nodes is not None and spec.min_nodes < spec.nodes and launcher == "none":
+        raise BadInputError(
+            "an elastic size (min_nodes below nodes) needs launcher srun or torchrun: launcher "
+            "none runs the command once, on one node",
+            hint="drop min_nodes, or pick --launcher srun or torchrun",
         )
     spare = part.spare_nodes if spec.spare_nodes is None else spec.spare_nodes
     if spec.nodes + spare > part.max_nodes:

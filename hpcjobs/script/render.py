@@ -154,6 +154,15 @@ def _submit_dir(where: Where | None) -> str:
     return os.getcwd()
 
 
+def _node_range(job: JobSpec) -> str:
+    """sbatch's ``--nodes``: the job's nodes and spares, a range for an elastic size."""
+    spare = job.spare_nodes or 0
+    most = job.nodes + spare
+    if job.min_nodes and job.min_nodes < job.nodes:
+        return f"{job.min_nodes + spare}-{most}"
+    return str(most)
+
+
 def sbatch_args(job: JobSpec, part: Partition, extra: list[str]) -> list[str]:
     """The ``sbatch`` options of a resolved job, in a fixed order."""
     ranks = job.ntasks_per_node or 1
@@ -168,7 +177,7 @@ def sbatch_args(job: JobSpec, part: Partition, extra: list[str]) -> list[str]:
     args = [
         f"--job-name={job.name}",
         f"--partition={job.partition}",
-        f"--nodes={job.nodes + (job.spare_nodes or 0)}",
+        f"--nodes={_node_range(job)}",
         f"--ntasks-per-node={tasks}",
         f"--cpus-per-task={cpus}",
     ]
@@ -188,8 +197,9 @@ def sbatch_args(job: JobSpec, part: Partition, extra: list[str]) -> list[str]:
         f"--signal=B:{job.requeue.signal}@{job.requeue.lead_time}",
         "--requeue" if job.requeue.enabled else "--no-requeue",
     ]
-    if job.spare_nodes:
-        # A failed node leaves the job instead of ending it: a spare takes its place.
+    if job.spare_nodes or job.min_nodes:
+        # A failed node leaves the job instead of ending it: a spare takes its place, or the
+        # run goes on with fewer nodes.
         args.append("--no-kill")
     if job.array:
         args.append(f"--array={job.array}")
@@ -315,6 +325,7 @@ def _policy(job: JobSpec, site: SiteConfig, signals: list[str], continuation: li
         sbatch_args=continuation,
         nodes=job.nodes,
         spare_nodes=job.spare_nodes or 0,
+        min_nodes=job.min_nodes or 0,
     )
     return dump(policy)
 

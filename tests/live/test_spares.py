@@ -105,6 +105,39 @@ def test_a_lost_node_is_replaced_by_the_spare_inside_the_job(cluster: Cluster) -
     assert sum(run["parts_s"].values()) == pytest.approx(run["elapsed_s"], abs=1e-6)
 
 
+def test_an_elastic_job_runs_on_the_nodes_left(cluster: Cluster) -> None:
+    """-N 2-3, no spare: the job starts on all three nodes; one is lost, and the chain runs on
+    the two left inside the same job."""
+    job = cluster.submit(
+        "elastic-node-down", "-N", "2-3", "--gpus-per-node", "1", "-t", "5:00", steps=150
+    )
+    job.progress_at_least(20)
+    first = run_nodes(cluster, events(job.chain, "start")[0])
+    assert len(first) == 3, job.chain_file.read_text()
+    victim = first[1]  # not the batch host
+    with node_down(cluster, victim) as down_at:
+        stop, start = resumed(job)
+        nodes = run_nodes(cluster, start)
+        left = job_nodes(cluster, job.root)
+    chain = job.ended()
+
+    requeue, _second = in_job(job, chain)
+    assert requeue.detail == f"continued in job {job.root} on {first[0]},{first[2]}"
+    assert (stop.cause, stop.suspect) == ("node_failure", victim)
+    print(
+        f"running again on {len(nodes)} nodes {start.time - down_at:.2f} s after the node went down"
+    )
+    assert start.time - down_at <= SANITY_S, (start.time - down_at, job.chain_file.read_text())
+    assert nodes == [first[0], first[2]] and left == nodes
+    assert stop.resumed_from == stop.checkpoint_at_stop and stop.resumed_from is not None
+    finished(job, chain)
+    run = reported_run(cluster, job.root)
+    assert run["nodes"] == 2 and run["gpu_seconds"] > run["elapsed_s"] * run["gpus"], run
+    # The time on 2 of 3 nodes is its own badput; no spare sat idle.
+    assert run["parts_s"]["shrunk"] > 0 and run["parts_s"]["spare"] == 0, run
+    assert sum(run["parts_s"].values()) == pytest.approx(run["elapsed_s"], abs=1e-6)
+
+
 def test_an_infrastructure_crash_releases_its_node_and_runs_on_the_spare(
     cluster: Cluster,
 ) -> None:

@@ -10,9 +10,11 @@ from hpcjobs.errors import BadInputError
 from hpcjobs.runtime.distributed import (
     PORT_BASE,
     PORT_SPAN,
+    accumulation_scale,
     from_environment,
     leave_process_group,
     master_port,
+    micro_batches,
 )
 
 
@@ -117,3 +119,22 @@ def test_leave_process_group_meets_then_destroys(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+# ---- the same global batch at any world size --------------------------------------------------
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_every_micro_batch_is_taken_once_at_any_world_size(world: int) -> None:
+    taken = [i for rank in range(world) for i in micro_batches(4, rank, world)]
+    assert sorted(taken) == [0, 1, 2, 3]
+    # DDP's mean over the ranks of each rank's scaled sum is the mean over all micro-batches.
+    scale = accumulation_scale(4, world)
+    per_rank = [scale * sum(micro_batches(4, rank, world)) for rank in range(world)]
+    assert sum(per_rank) / world == pytest.approx(sum(range(4)) / 4)
+
+
+@pytest.mark.parametrize(("total", "rank", "world"), [(2, 0, 3), (4, 4, 4), (4, 0, 0)])
+def test_micro_batches_refuse_a_rank_without_one(total: int, rank: int, world: int) -> None:
+    with pytest.raises(ValueError):
+        micro_batches(total, rank, world)

@@ -18,7 +18,7 @@ from hpcjobs.jobs.chain import Chain, ChainRef, parse_chain
 from hpcjobs.report.accounting import RunUsage, parse_bytes, parse_cpu_time, parse_usage, sacct_argv
 from hpcjobs.report.build import GPUS_FROM_REQUEST, NO_PROGRESS, chain_report, collect
 from hpcjobs.report.compare import compare_reports, compare_text, tuning_vars
-from hpcjobs.report.goodput import PARTS, RunWindow, spare_share, split_run
+from hpcjobs.report.goodput import PARTS, RunWindow, shrunk_share, spare_share, split_run
 from hpcjobs.report.gpu import parse_samples, summarize
 from hpcjobs.report.html import report_page
 from hpcjobs.runner import Result
@@ -155,6 +155,20 @@ def test_idle_spare_nodes_are_their_own_badput() -> None:
     assert parts is not None
     assert parts.seconds["spare"] == pytest.approx(2.5)
     assert parts.seconds["goodput"] == pytest.approx(9.0 * 0.75)
+    assert sum(parts.seconds.values()) == pytest.approx(run.elapsed)
+
+
+def test_a_run_below_its_full_size_is_its_own_badput() -> None:
+    # -N 2-3: 3 of 3 nodes for 60 s, then 2 of 3 for 40 s.
+    share = shrunk_share([(0.0, 3, 3), (60.0, 3, 2)], 100.0)
+    assert share == pytest.approx(40 * (1 / 3) / 100)
+    assert shrunk_share([(0.0, 3, 3)], 100.0) == 0.0 and shrunk_share([], 100.0) == 0.0
+    run = RunWindow("5", 0, 100.0, 110.0, 12)
+    reports = [Report(100.0 + i, i) for i in range(1, 11)]
+    parts = split_run(run, reports, None, chain_has_progress=True, spare=0.1, shrunk=0.2)
+    assert parts is not None
+    assert (parts.seconds["spare"], parts.seconds["shrunk"]) == pytest.approx((1.0, 2.0))
+    assert parts.seconds["goodput"] == pytest.approx(9.0 * 0.7)
     assert sum(parts.seconds.values()) == pytest.approx(run.elapsed)
 
 

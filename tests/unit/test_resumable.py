@@ -155,3 +155,16 @@ def test_distributed_save_waits_and_interrupt_shuts_down(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def test_a_resumable_takes_its_share_of_the_micro_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    job = Resumable()
+    assert job.world_size == 3
+    assert list(job.micro_batches(8)) == [1, 4, 7]
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.delenv("RANK")
+    assert job.world_size == 1 and list(job.micro_batches(2)) == [0, 1]

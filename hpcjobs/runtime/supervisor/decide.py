@@ -166,6 +166,42 @@ def excluded_after(current: list[str], new: list[str], limit: int) -> tuple[list
 IN_JOB_CAUSES = frozenset({NODE_FAILURE, INFRASTRUCTURE, STALL})
 
 
+def run_size(usable: int, nodes: int, minimum: int) -> int:
+    """How many of ``usable`` nodes a run inside the job takes: ``nodes``; with an elastic size
+    (``minimum`` below ``nodes``) as many as are left, down to ``minimum``. 0: too few."""
+    if usable >= nodes:
+        return nodes
+    if 0 < minimum <= usable:
+        return usable
+    return 0
+
+
+def sized_launch(argv: Sequence[str], full: int, nodes: int) -> list[str] | None:
+    """The launch command for a run on ``nodes`` nodes, its ``launch`` block written for
+    ``full``: srun's ``--nodes=<full>`` among srun's own options (before its first word that is
+    not one), and torchrun's ``--nnodes=<full>`` between the ``hpcjobs-node`` and
+    ``hpcjobs-rank`` markers, say ``nodes``; the program's own arguments are never touched.
+    None when the command has no such srun option: it cannot be sized."""
+    sized = list(argv)
+    if sized[:1] != ["srun"]:
+        return None
+    found = False
+    for i in range(1, len(sized)):
+        if not sized[i].startswith("-"):
+            break
+        if sized[i] == f"--nodes={full}":
+            sized[i], found = f"--nodes={nodes}", True
+    if not found:
+        return None
+    if "hpcjobs-node" in sized:
+        first = sized.index("hpcjobs-node") + 1
+        last = sized.index("hpcjobs-rank") if "hpcjobs-rank" in sized[first:] else first
+        for i in range(first, last):
+            if sized[i] == f"--nnodes={full}":
+                sized[i] = f"--nnodes={nodes}"
+    return sized
+
+
 def step_nodes(allocation: Sequence[str], batch: str, bad: Collection[str], size: int) -> list[str]:
     """The ``size`` nodes a run inside the job takes: the batch host first (the rendezvous is
     there, and the job lives as long as it does), then the allocation's other nodes in order,

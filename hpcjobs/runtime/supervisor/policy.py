@@ -41,6 +41,16 @@ class Policy:
     #: Nodes the job holds beyond ``nodes``, to replace a lost or suspect node within the job
     #: (submitted --no-kill: Slurm takes a failed node out of the job instead of ending it).
     spare_nodes: int = 0
+    #: Elastic size: the fewest nodes a run may take (0: ``nodes``). A job whose ``min_nodes``
+    #: is below ``nodes`` asks Slurm for a range, and after a fault runs again inside the job on
+    #: the nodes left while they are at least this many.
+    min_nodes: int = 0
+
+    @property
+    def in_job(self) -> bool:
+        """Whether the chain runs again inside the job after a fault of a node (spare nodes or
+        an elastic size; the job is submitted --no-kill)."""
+        return self.spare_nodes > 0 or 0 < self.min_nodes < self.nodes
 
 
 def parse(text: str) -> Policy:

@@ -299,14 +299,37 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 child.send_signal(signum)
 
+    def sized(self, argv: list[str]) -> list[str]:
+        """The launch command of a job that runs again inside itself: on the run's nodes
+        (``--nodelist``), and, when they are fewer than the policy's (an elastic size), as many
+        as it has. Without a run's nodes (they could not be read), on as many as the job has."""
+        if argv[:1] != ["srun"]:
+            return argv
+        full = self.policy.nodes
+        count = len(self.step)
+        if not count:
+            held = self.env.get("SLURM_JOB_NUM_NODES", "")
+            count = min(full, int(held)) if held.isdecimal() and full else full
+        if full and count and count != full:
+            sized = decide.sized_launch(argv, full, count)
+            if sized is None:
+                self.log(
+                    f"the launch command cannot be sized to {count} nodes (srun has no "
+                    f"--nodes={full} among its options); it runs as written"
+                )
+            else:
+                argv = sized
+        if self.step:
+            argv = [argv[0], "--nodelist=" + ",".join(self.step), *argv[1:]]
+        return argv
+
     def launch(self) -> None:
         argv, env = list(self.launch_argv), self.env
-        if self.policy.spare_nodes > 0:
+        if self.policy.in_job:
             # srun takes SLURM_NTASKS (the job's tasks, spares included) for --ntasks: without
             # it, a run's tasks are its --nodes times --ntasks-per-node.
             env = {k: v for k, v in env.items() if k not in ("SLURM_NTASKS", "SLURM_NPROCS")}
-            if self.step and argv[:1] == ["srun"]:
-                argv.insert(1, "--nodelist=" + ",".join(self.step))
+            argv = self.sized(argv)
         self.child = subprocess.Popen(argv, env=env)
         self.waiting = True  # a signal from here on is the program's, and is logged
         if self.policy.stall_timeout > 0:
@@ -373,7 +396,7 @@ class Supervisor:
             self.log("the job already finished (done marker present); nothing to do")
             self.chain_ends()
             raise Stop(0)
-        if self.policy.spare_nodes > 0:
+        if self.policy.in_job:
             failed = self.preflight()
             if not self.take_nodes(failed) and failed:
                 self.too_few_healthy(failed)
@@ -387,7 +410,9 @@ class Supervisor:
         step = self.latest_step()
         nodelist = ",".join(self.step) or self.env.get("SLURM_JOB_NODELIST") or "?"
         batch = self.batch or "?"
-        held = {"held": len(self.allocation)} if self.step else {}
+        held: dict[str, int] = {"held": len(self.allocation)} if self.step else {}
+        if self.step and 0 < self.policy.min_nodes < self.policy.nodes:
+            held["full"] = self.policy.nodes  # an elastic size: report counts a smaller run
         self.event(
             "start",
             "-",
@@ -917,7 +942,8 @@ class Supervisor:
         if allocation:
             states = self.slurm.node_states(",".join(allocation))
             ruled_out |= {node for node, state in states if NODE_UNUSABLE.search(state)}
-        size = self.policy.nodes or len(allocation)
+        usable = len([node for node in allocation if node not in ruled_out])
+        size = decide.run_size(usable, self.policy.nodes or len(allocation), self.policy.min_nodes)
         step = decide.step_nodes(allocation, self.batch, ruled_out, size)
         if not step:
             return False
@@ -954,7 +980,7 @@ class Supervisor:
         job, on its remaining nodes (logged as a requeue, how=in_job). ``failed``: the nodes
         at fault; they leave the job even where the chain cannot exclude them (a later job of
         the chain must still fit the partition)."""
-        if self.policy.spare_nodes < 1 or cause not in decide.IN_JOB_CAUSES:
+        if not self.policy.in_job or cause not in decide.IN_JOB_CAUSES:
             return False
         if self.signal_seen:
             return False  # the job is being ended (a warning, a cancel): a new job goes on
@@ -1078,7 +1104,8 @@ class Supervisor:
         total = self.slurm.partition_nodes(partition) if partition else None
         if total is not None:
             # Every later job of the chain asks for the nodes this one asked for (spares too).
-            wanted = self.policy.nodes + self.policy.spare_nodes if self.policy.spare_nodes else 0
+            fewest = self.policy.min_nodes or self.policy.nodes
+            wanted = fewest + self.policy.spare_nodes if self.policy.in_job else 0
             room = total - (wanted or int(self.env.get("SLURM_JOB_NUM_NODES", "1") or 1))
         limit = decide.exclusion_limit(self.policy.max_excluded, room)
         kept, released = decide.excluded_after(self.chain.excluded(), list(nodes), limit)

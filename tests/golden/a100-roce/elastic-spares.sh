@@ -1,0 +1,180 @@
+#!/bin/bash
+# shellcheck disable=SC2317,SC2329,SC1091  # functions run in the ranks (through bash -c); site files are sourced
+#SBATCH --job-name=elastic
+#SBATCH --partition=finetune
+#SBATCH --nodes=3-4
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=128
+#SBATCH --gpus-per-node=a100:4
+#SBATCH --time=00:30:00
+#SBATCH --output=/home/user/hpcjobs/runs/elastic/slurm-%j.out
+#SBATCH --open-mode=append
+#SBATCH --signal=B:USR2@180
+#SBATCH --requeue
+#SBATCH --no-kill
+#
+# Job script rendered by hpcjobs for site a100-roce, partition finetune.
+# hpcjobs submits it with these options (they override the #SBATCH lines above):
+#   sbatch --job-name=elastic --partition=finetune --nodes=3-4 --ntasks-per-node=1 --cpus-per-task=128 --gpus-per-node=a100:4 --time=00:30:00 --output=/home/user/hpcjobs/runs/elastic/slurm-%j.out --open-mode=append --signal=B:USR2@180 --requeue --no-kill SCRIPT
+
+# --- environment: modules, site setup, job variables ---
+set -eo pipefail
+module load cuda/12.2
+export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/elastic
+export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/elastic/checkpoints
+export HPCJOBS_SIGNAL=USR2
+export HPCJOBS_GPU_MONITOR_INTERVAL=30
+export HPCJOBS_GPU_QUERY=timestamp,index,uuid,utilization.gpu,memory.used,memory.total
+export HPCJOBS_RUN_FINGERPRINT=09ab6f33b37887f7975e
+export HPCJOBS_RUN_FILE=/home/user/hpcjobs/runs/elastic/checkpoints/RUN
+export HPCJOBS_PYTHON=python3
+export PYTHONUNBUFFERED=1  # hpcjobs: logs reach the output file as they are written
+
+# --- NCCL / UCX / Gloo tuning (origin after each value) ---
+export NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1'  # topology a100-roce
+export UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1  # topology a100-roce
+export NCCL_IB_GID_INDEX=3  # profile roce
+export NCCL_NET_GDR_LEVEL=PHB  # topology a100-roce
+export NCCL_SOCKET_IFNAME=ens1f0np0  # topology a100-roce
+export GLOO_SOCKET_IFNAME=ens1f0np0  # topology a100-roce
+export NCCL_IB_TC=106  # profile roce
+export NCCL_IB_TIMEOUT=22  # profile roce
+export NCCL_IB_RETRY_CNT=7  # profile roce
+export NCCL_IB_QPS_PER_CONNECTION=2  # partition finetune
+export NCCL_DEBUG=WARN  # profile roce
+export UCX_IB_GID_INDEX=3  # profile roce
+
+# --- binding: rank variables and per-rank placement on topology a100-roce ---
+# Planned placement when the job gets the node's GPUs in order:
+#   local rank 0: GPU 0 | CPUs 0-15,64-79 | memory node 0 | NIC mlx5_0:1
+#   local rank 1: GPU 1 | CPUs 16-31,80-95 | memory node 0 | NIC mlx5_0:1
+#   local rank 2: GPU 2 | CPUs 32-47,96-111 | memory node 1 | NIC mlx5_1:1
+#   local rank 3: GPU 3 | CPUs 48-63,112-127 | memory node 1 | NIC mlx5_1:1
+# A rank looks its GPUs up in the allocation Slurm made, so partial nodes bind correctly too.
+hpcjobs_note() {
+  # Placement problems are reported from the first node only, so a big job logs them once.
+  if [ "${SLURM_NODEID:-0}" = 0 ]; then echo "hpcjobs: $*" >&2; fi
+}
+hpcjobs_bind_exec() {
+  # Run "$@" bound to CPUs $1 and memory nodes $2. numactl is preferred, taskset binds CPUs
+  # only; a binding that cannot be applied here is skipped, never fatal.
+  local cpus=$1 mems=$2
+  shift 2
+  if [ -z "$cpus" ]; then exec -- "$@"; fi
+  if command -v numactl >/dev/null 2>&1; then
+    if [ -n "$mems" ] && numactl --physcpubind="$cpus" --membind="$mems" true 2>/dev/null; then
+      exec numactl --physcpubind="$cpus" --membind="$mems" -- "$@"
+    fi
+    if numactl --physcpubind="$cpus" true 2>/dev/null; then
+      exec numactl --physcpubind="$cpus" -- "$@"
+    fi
+  elif command -v taskset >/dev/null 2>&1; then
+    if taskset -c "$cpus" true 2>/dev/null; then
+      exec taskset -c -- "$cpus" "$@"
+    fi
+  else
+    if [ "${LOCAL_RANK:-0}" = 0 ]; then
+      hpcjobs_note "neither numactl nor taskset is installed on $(hostname): ranks run unbound"
+    fi
+    exec -- "$@"
+  fi
+  hpcjobs_note "cannot bind local rank ${LOCAL_RANK:-0} to CPUs $cpus on $(hostname): it runs unbound"
+  exec -- "$@"
+}
+hpcjobs_rank() {
+  # Runs as each rank: sets its variables and placement, then becomes "$@".
+  trap '' USR2  # the program starts with SIGUSR2 ignored until it installs a handler
+  # Its progress folder and a copy of its output (the launch block's hpcjobs_rank_setup).
+  if declare -F hpcjobs_rank_setup >/dev/null; then hpcjobs_rank_setup; fi
+  local per=1 rank="${LOCAL_RANK:-0}" i idx gpu c m n
+  local cpus="" mems="" nics="" visible=""
+  local -a alloc vis
+  IFS=, read -r -a alloc <<< "${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-${CUDA_VISIBLE_DEVICES:-}}}"
+  IFS=, read -r -a vis <<< "${CUDA_VISIBLE_DEVICES:-}"
+  for (( i = 0; i < per; i++ )); do
+    idx=$(( rank * per + i ))
+    gpu=${alloc[idx]:-$idx}
+    visible=${visible:+$visible,}${vis[idx]:-$gpu}
+    case $gpu in
+      0) c=0-15,64-79 m=0 n=mlx5_0:1 ;;
+      1) c=16-31,80-95 m=0 n=mlx5_0:1 ;;
+      2) c=32-47,96-111 m=1 n=mlx5_1:1 ;;
+      3) c=48-63,112-127 m=1 n=mlx5_1:1 ;;
+      *) c="" m="" n="" ;;
+    esac
+    if [ -n "$c" ]; then cpus=${cpus:+$cpus,}$c; fi
+    if [ -n "$m" ]; then
+      case ",$mems," in *",$m,"*) ;; *) mems=${mems:+$mems,}$m ;; esac
+    fi
+    if [ -n "$n" ]; then
+      case ",$nics," in *",$n,"*) ;; *) nics=${nics:+$nics,}$n ;; esac
+    fi
+  done
+  export CUDA_VISIBLE_DEVICES="$visible"
+  if [ -n "$nics" ]; then export NCCL_IB_HCA="=$nics" UCX_NET_DEVICES="$nics"; fi
+  hpcjobs_bind_exec "$cpus" "$mems" "$@"
+}
+export -f hpcjobs_rank hpcjobs_bind_exec hpcjobs_note
+# Report once, from the batch step, what this host cannot bind; ranks then bind CPUs only.
+if ! command -v numactl >/dev/null 2>&1; then
+  echo "hpcjobs: numactl is not installed on $(hostname): ranks are bound to CPUs only" >&2
+else
+  if [ ! -d /sys/devices/system/node/node0 ]; then
+    echo "hpcjobs: memory node 0 does not exist on $(hostname): its ranks are bound to CPUs only" >&2
+  fi
+  if [ ! -d /sys/devices/system/node/node1 ]; then
+    echo "hpcjobs: memory node 1 does not exist on $(hostname): its ranks are bound to CPUs only" >&2
+  fi
+fi
+
+# --- launch: torchrun, under the job's supervisor ---
+set +e  # from here on a failed command is handled where it happens (head closes pipes early)
+# Rendezvous on the first node's address (NodeAddr, which resolves even where node names do
+# not), on a port derived from the job id so that jobs sharing a node do not collide. Exported
+# for every launcher: hpcjobs.runtime.distributed reads them and asks Slurm nothing.
+hpcjobs_head=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-localhost}" | head -n 1)
+MASTER_ADDR=$(scontrol show node "$hpcjobs_head" 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p' | head -n 1)
+export MASTER_ADDR="${MASTER_ADDR:-$hpcjobs_head}"
+export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 10000 ))
+hpcjobs_start() {
+  # Become "$@" with the warning signal ignored: Slurm signals every process of a step, so
+  # launchers (torchrun) must not die of it, and a program opts in by installing a handler.
+  trap '' USR2
+  exec -- "$@"
+}
+hpcjobs_rank_setup() {
+  # Runs in each rank (hpcjobs_rank): its progress folder on node-local storage, read by the
+  # node agent; and a copy of its output in capture-<root>/<node>.rank-<RANK>, for telling a
+  # crash of the node from one of the program (tee ignores the signals Slurm sends the step).
+  local node="${SLURMD_NODENAME:-$(hostname -s)}" file
+  if [ -n "${HPCJOBS_NODE_TMP:-}" ]; then
+    export HPCJOBS_PROGRESS_DIR="$HPCJOBS_NODE_TMP/$node"
+    (umask 077 && mkdir -p -- "$HPCJOBS_PROGRESS_DIR") 2>/dev/null
+  fi
+  file="${HPCJOBS_CAPTURE_DIR:-}/$node.rank-${RANK:-${SLURM_PROCID:-0}}"
+  if [ -z "${HPCJOBS_CAPTURE_DIR:-}" ] || ! (umask 077 && : >>"$file") 2>/dev/null; then return 0; fi
+  exec 2> >(trap '' TERM INT HUP QUIT USR1 USR2 && exec tee -a -- "$file" >&2) \
+    > >(trap '' TERM INT HUP QUIT USR1 USR2 && exec tee -a -- "$file")
+}
+export -f hpcjobs_start hpcjobs_rank_setup
+# The supervisor (docs/requeue.md, "The supervisor") starts the step below, forwards
+# SIGUSR2 and SIGTERM to it, watches for stalls, and decides how the job goes on: finished,
+# failed, or continued from its last checkpoint after a preemption, the time limit or a fault.
+# It is Python (standard library only) that 'hpcjobs submit' writes next to the job's output.
+hpcjobs_policy='{"budgets":{"application":0,"infrastructure":3,"node_failure":5,"preemption":50,"stall":3,"timeout":10},"format":1,"forward":["USR2","TERM"],"health_check":"","health_timeout":60,"lead":180,"max_excluded":8,"max_total":null,"min_nodes":2,"nodes":3,"patterns":[],"sbatch_args":["--job-name=elastic","--partition=finetune","--nodes=3-4","--ntasks-per-node=1","--cpus-per-task=128","--gpus-per-node=a100:4","--time=00:30:00","--output=/home/user/hpcjobs/runs/elastic/slurm-%j.out","--open-mode=append","--signal=B:USR2@180","--requeue","--no-kill"],"signal":"USR2","spare_nodes":1,"stall_grace":10,"stall_timeout":1800,"standby":true}'
+hpcjobs_supervisor=/home/user/hpcjobs/runs/elastic/.hpcjobs/supervisor-HASH.pyz
+if [ ! -r "$hpcjobs_supervisor" ] || ! "$HPCJOBS_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 8))'; then
+  echo "hpcjobs: cannot start the job's supervisor $hpcjobs_supervisor ('hpcjobs submit' writes it) with $HPCJOBS_PYTHON (the site's setup.python, Python 3.8 or newer)" >&2
+  exit 2
+fi
+# shellcheck disable=SC2016
+exec "$HPCJOBS_PYTHON" -E -s "$hpcjobs_supervisor" --script "$0" --policy "$hpcjobs_policy" -- \
+  srun --nodes=3 --ntasks-per-node=1 --cpus-per-task=128 --kill-on-bad-exit=1 \
+  bash -c 'hpcjobs_start "$@"' hpcjobs-node \
+  torchrun --nnodes=3 --nproc-per-node=4 \
+  --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="${SLURM_JOB_ID:-0}" \
+  --max-restarts=0 --no-python \
+  bash -c 'hpcjobs_rank "$@"' hpcjobs-rank \
+  python train.py
+# --- dry run: nothing was submitted; hpcjobs would run (SUBMITDIR: <output dir>/submit-<time>-<token>) ---
+# sbatch --parsable --job-name=elastic --partition=finetune --nodes=3-4 --ntasks-per-node=1 --cpus-per-task=128 --gpus-per-node=a100:4 --time=00:30:00 --output=/home/user/hpcjobs/runs/elastic/slurm-%j.out --open-mode=append --signal=B:USR2@180 --requeue --no-kill '--comment=hpcjobs:<token>' SUBMITDIR/job.sh
