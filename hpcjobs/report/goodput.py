@@ -86,7 +86,9 @@ class RunParts:
     redone_steps: int = 0
     first_step: int | None = None
     last_step: int | None = None
-    #: When the last step that an earlier run had already reached was reported again.
+    #: When the first and the last step that had already been reached were reported again
+    #: (at a run's start after a requeue; after a restart inside the run, in its middle).
+    redone_from: float | None = None
     redone_until: float | None = None
 
     def add(self, part: str, value: float) -> None:
@@ -232,6 +234,8 @@ def _split_run(
             stalled += max(0.0, stall)
         work = max(0.0, rest - stall)
         if redone[i + 1]:
+            if parts.redone_from is None:
+                parts.redone_from = t0
             parts.redone_until = t1
             redone_s += work
         else:

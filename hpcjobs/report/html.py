@@ -179,16 +179,21 @@ def _run_segments(run: Any, xpos: Any) -> list[str]:
         return [_rect("seg-startup", xpos(run.start), 17, xpos(run.end) - xpos(run.start),
                       COLOURS["startup"], "no progress in this run")]  # fmt: skip
     tail = "warning" if p.seconds["warning"] >= p.seconds["tail"] else "tail"
-    redone_end = p.redone_until if p.redone_until is not None else p.first_progress
+    # Steps redone come at the start of a run after a requeue, or in its middle after a
+    # restart inside the job (spare nodes, an elastic size).
+    redone_from = p.redone_from if p.redone_from is not None else p.first_progress
+    redone_end = p.redone_until if p.redone_until is not None else redone_from
+    progress = f"steps {p.first_step}-{p.last_step}: goodput {p.seconds['goodput']:.1f} s"
     return [
         _rect("seg-startup", xpos(run.start), 17, xpos(p.first_progress) - xpos(run.start),
               COLOURS["startup"], f"start-up {p.seconds['startup']:.1f} s"),
-        _rect("seg-redone", xpos(p.first_progress), 17,
-              xpos(redone_end) - xpos(p.first_progress), COLOURS["redone"],
+        _rect("seg-progress", xpos(p.first_progress), 17,
+              xpos(redone_from) - xpos(p.first_progress), COLOURS["goodput"], progress),
+        _rect("seg-redone", xpos(redone_from), 17,
+              xpos(redone_end) - xpos(redone_from), COLOURS["redone"],
               f"{p.redone_steps} steps redone, {p.seconds['redone']:.1f} s"),
         _rect("seg-progress", xpos(redone_end), 17,
-              xpos(p.last_progress) - xpos(redone_end), COLOURS["goodput"],
-              f"steps {p.first_step}-{p.last_step}: goodput {p.seconds['goodput']:.1f} s"),
+              xpos(p.last_progress) - xpos(redone_end), COLOURS["goodput"], progress),
         _rect("seg-tail", xpos(p.last_progress), 17, xpos(run.end) - xpos(p.last_progress),
               COLOURS[tail], f"after the last progress {run.end - p.last_progress:.1f} s"),
     ]  # fmt: skip

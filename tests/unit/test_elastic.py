@@ -150,7 +150,11 @@ def test_exclusions_leave_room_for_the_fewest_nodes_a_later_job_asks_for(
 def test_an_elastic_size_is_a_range_for_slurm_and_keeps_the_job_on_a_node_failure() -> None:
     rendered = _sandbox_render(nodes=3, min_nodes=2)
     assert "--nodes=2-3" in rendered.sbatch_args and "--no-kill" in rendered.sbatch_args
-    assert "srun --nodes=3 " in rendered.script
+    assert "srun --nodes=3 --ntasks-per-node=4 --cpus-per-task=2 " in rendered.script
+    # One task per node with all its ranks' CPUs: given tasks per node, Slurm would allocate
+    # the fewest nodes of the range even on an idle cluster.
+    assert not any(a.startswith("--ntasks-per-node") for a in rendered.sbatch_args)
+    assert "--cpus-per-task=8" in rendered.sbatch_args
     policy = rendered.script.split("hpcjobs_policy=", 1)[1].split("\n", 1)[0]
     assert '"min_nodes":2' in policy and '"nodes":3' in policy
 

@@ -142,6 +142,8 @@ def test_a_run_that_starts_again_inside_its_allocation_redoes_steps() -> None:
     assert s["goodput"] == pytest.approx(9.0 + 2.0)  # 2-10, then 11-12
     assert sum(s.values()) == pytest.approx(run.elapsed)
     assert parts.redone_steps == 4 and parts.steps == 12  # 7-10 again
+    # The page draws the steps redone where they were: after the restart, not from the start.
+    assert (parts.redone_from, parts.redone_until) == (115.0, 118.0)
 
 
 def test_idle_spare_nodes_are_their_own_badput() -> None:

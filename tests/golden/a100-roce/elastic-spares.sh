@@ -3,7 +3,6 @@
 #SBATCH --job-name=elastic
 #SBATCH --partition=finetune
 #SBATCH --nodes=3-4
-#SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=128
 #SBATCH --gpus-per-node=a100:4
 #SBATCH --time=00:30:00
@@ -15,7 +14,7 @@
 #
 # Job script rendered by hpcjobs for site a100-roce, partition finetune.
 # hpcjobs submits it with these options (they override the #SBATCH lines above):
-#   sbatch --job-name=elastic --partition=finetune --nodes=3-4 --ntasks-per-node=1 --cpus-per-task=128 --gpus-per-node=a100:4 --time=00:30:00 --output=/home/user/hpcjobs/runs/elastic/slurm-%j.out --open-mode=append --signal=B:USR2@180 --requeue --no-kill SCRIPT
+#   sbatch --job-name=elastic --partition=finetune --nodes=3-4 --cpus-per-task=128 --gpus-per-node=a100:4 --time=00:30:00 --output=/home/user/hpcjobs/runs/elastic/slurm-%j.out --open-mode=append --signal=B:USR2@180 --requeue --no-kill SCRIPT
 
 # --- environment: modules, site setup, job variables ---
 set -eo pipefail
@@ -161,7 +160,7 @@ export -f hpcjobs_start hpcjobs_rank_setup
 # SIGUSR2 and SIGTERM to it, watches for stalls, and decides how the job goes on: finished,
 # failed, or continued from its last checkpoint after a preemption, the time limit or a fault.
 # It is Python (standard library only) that 'hpcjobs submit' writes next to the job's output.
-hpcjobs_policy='{"budgets":{"application":0,"infrastructure":3,"node_failure":5,"preemption":50,"stall":3,"timeout":10},"format":1,"forward":["USR2","TERM"],"health_check":"","health_timeout":60,"lead":180,"max_excluded":8,"max_total":null,"min_nodes":2,"nodes":3,"patterns":[],"sbatch_args":["--job-name=elastic","--partition=finetune","--nodes=3-4","--ntasks-per-node=1","--cpus-per-task=128","--gpus-per-node=a100:4","--time=00:30:00","--output=/home/user/hpcjobs/runs/elastic/slurm-%j.out","--open-mode=append","--signal=B:USR2@180","--requeue","--no-kill"],"signal":"USR2","spare_nodes":1,"stall_grace":10,"stall_timeout":1800,"standby":true}'
+hpcjobs_policy='{"budgets":{"application":0,"infrastructure":3,"node_failure":5,"preemption":50,"stall":3,"timeout":10},"format":1,"forward":["USR2","TERM"],"health_check":"","health_timeout":60,"lead":180,"max_excluded":8,"max_total":null,"min_nodes":2,"nodes":3,"patterns":[],"sbatch_args":["--job-name=elastic","--partition=finetune","--nodes=3-4","--cpus-per-task=128","--gpus-per-node=a100:4","--time=00:30:00","--output=/home/user/hpcjobs/runs/elastic/slurm-%j.out","--open-mode=append","--signal=B:USR2@180","--requeue","--no-kill"],"signal":"USR2","spare_nodes":1,"stall_grace":10,"stall_timeout":1800,"standby":true}'
 hpcjobs_supervisor=/home/user/hpcjobs/runs/elastic/.hpcjobs/supervisor-HASH.pyz
 if [ ! -r "$hpcjobs_supervisor" ] || ! "$HPCJOBS_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 8))'; then
   echo "hpcjobs: cannot start the job's supervisor $hpcjobs_supervisor ('hpcjobs submit' writes it) with $HPCJOBS_PYTHON (the site's setup.python, Python 3.8 or newer)" >&2
@@ -177,4 +176,4 @@ exec "$HPCJOBS_PYTHON" -E -s "$hpcjobs_supervisor" --script "$0" --policy "$hpcj
   bash -c 'hpcjobs_rank "$@"' hpcjobs-rank \
   python train.py
 # --- dry run: nothing was submitted; hpcjobs would run (SUBMITDIR: <output dir>/submit-<time>-<token>) ---
-# sbatch --parsable --job-name=elastic --partition=finetune --nodes=3-4 --ntasks-per-node=1 --cpus-per-task=128 --gpus-per-node=a100:4 --time=00:30:00 --output=/home/user/hpcjobs/runs/elastic/slurm-%j.out --open-mode=append --signal=B:USR2@180 --requeue --no-kill '--comment=hpcjobs:<token>' SUBMITDIR/job.sh
+# sbatch --parsable --job-name=elastic --partition=finetune --nodes=3-4 --cpus-per-task=128 --gpus-per-node=a100:4 --time=00:30:00 --output=/home/user/hpcjobs/runs/elastic/slurm-%j.out --open-mode=append --signal=B:USR2@180 --requeue --no-kill '--comment=hpcjobs:<token>' SUBMITDIR/job.sh
