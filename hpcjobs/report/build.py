@@ -432,30 +432,29 @@ def _starts(run: RunReport, chain: Chain | None) -> list[Event]:
     return [e for e in mine if (e.job_id, e.restart) == (run.job_id, run.index)]
 
 
+def _sizes(run: RunReport, starts: Sequence[Event], key: str) -> list[tuple[float, int, int]]:
+    """For each start of the program in a run: (when, its event's ``key`` count, the nodes it
+    ran on, at most that many); [] when a start has no such count."""
+    segments = []
+    for i, event in enumerate(starts):
+        count = event.number(key)
+        if count is None:
+            return []
+        used = len([n for n in event.text("nodelist").split(",") if n])
+        segments.append((run.start if i == 0 else event.time, count, min(used, count)))
+    return segments
+
+
 def _spare(run: RunReport, starts: Sequence[Event]) -> float:
     """The share of a run its spare nodes sat idle, from its starts' nodes (``held``: the
     nodes the job held, ``nodelist``: those the program ran on); 0 without spare nodes."""
-    segments = []
-    for i, event in enumerate(starts):
-        held = event.number("held")
-        if held is None:
-            return 0.0
-        used = len([n for n in event.text("nodelist").split(",") if n])
-        segments.append((run.start if i == 0 else event.time, held, min(used, held)))
-    return spare_share(segments, run.end)
+    return spare_share(_sizes(run, starts, "held"), run.end)
 
 
 def _shrunk(run: RunReport, starts: Sequence[Event]) -> float:
     """The share of a run it ran below full size, from its starts' nodes (``full``: the nodes
     of a full-size run of a job with an elastic size); 0 for a job of a fixed size."""
-    segments = []
-    for i, event in enumerate(starts):
-        full = event.number("full")
-        if full is None:
-            return 0.0
-        used = len([n for n in event.text("nodelist").split(",") if n])
-        segments.append((run.start if i == 0 else event.time, full, min(used, full)))
-    return shrunk_share(segments, run.end)
+    return shrunk_share(_sizes(run, starts, "full"), run.end)
 
 
 def _begin(run: RunReport, chain: Chain | None) -> float:
