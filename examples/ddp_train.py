@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from hpcjobs.runtime.checkpoint import CheckpointDir
+from hpcjobs.runtime.checkpoint import Checkpoint, CheckpointDir
 from hpcjobs.runtime.distributed import (
     accumulation_scale,
     init_process_group,
@@ -73,6 +73,13 @@ def warm_up(ddp: DistributedDataParallel, rank: int) -> None:
     (ddp(x).sum() * 0.0).backward()
     for param in ddp.parameters():
         param.grad = None
+
+
+def step_size(requested: int, last: Checkpoint | None, world_size: int) -> int:
+    """The micro-batches of a step: ``requested``, else those the run's checkpoints keep (its
+    first start's), else ``world_size`` (this is the first start)."""
+    kept = last.meta.get("micro_batches") if last is not None else None
+    return requested or (kept if isinstance(kept, int) else 0) or world_size
 
 
 def train_step(
@@ -159,8 +166,7 @@ def main() -> int:
     ddp = DistributedDataParallel(model)
     warm_up(ddp, rank)
     # The global batch of the run's first start, whatever the ranks of this one.
-    kept = last.meta.get("micro_batches") if last is not None else None
-    micro = args.micro_batches or (kept if isinstance(kept, int) else 0) or info.world_size
+    micro = step_size(args.micro_batches, last, info.world_size)
     mine = list(micro_batches(micro, rank, info.world_size))
     scale = accumulation_scale(micro, info.world_size)
     say(f"{micro} micro-batches of {BATCH} per step, {len(mine)} on rank 0")

@@ -35,7 +35,7 @@ EXAMPLES = Path(__file__).resolve().parent
 if str(EXAMPLES) not in sys.path:
     sys.path.insert(0, str(EXAMPLES))
 
-from ddp_train import digest, make_model, train_step, warm_up  # noqa: E402  (next to this file)
+from ddp_train import digest, make_model, step_size, train_step, warm_up  # noqa: E402  (next to this file)
 
 import hpcjobs  # noqa: E402
 from hpcjobs.runtime.distributed import (  # noqa: E402
@@ -78,8 +78,7 @@ class Train(hpcjobs.Resumable):
             self.say(f"starting from scratch: {self.steps} steps on {info.world_size} ranks")
         ddp = DistributedDataParallel(model)
         warm_up(ddp, info.rank)  # the same gradient buckets on every run (see ddp_train.py)
-        kept = last.meta.get("micro_batches") if last is not None else None
-        micro = self.micro or (kept if isinstance(kept, int) else 0) or self.world_size
+        micro = step_size(self.micro, last, self.world_size)
         mine = list(self.micro_batches(micro))
         scale = accumulation_scale(micro, self.world_size)
 

@@ -256,6 +256,11 @@ class JobSpec(_Model):
     stall_timeout: Annotated[int, _count(0)] | None = None
     torchrun: Program = "torchrun"
 
+    @property
+    def elastic(self) -> bool:
+        """Whether a run may take fewer nodes than ``nodes`` (``min_nodes`` below it)."""
+        return self.min_nodes is not None and self.min_nodes < self.nodes
+
 
 def parse_spec(data: Mapping[str, Any], *, source: str = "job") -> JobSpec:
     """Validate a mapping (a job file's content merged with flags) into a :class:`JobSpec`.
@@ -493,7 +498,7 @@ def _check_nodes(spec: JobSpec, part: Partition, launcher: str) -> int:
             hint="nodes is the most nodes a run takes and min_nodes the fewest: set nodes to "
             f"{spec.min_nodes} or more, or lower min_nodes (on the command line: -N MIN-MAX)",
         )
-    if spec.min_nodes is not None and spec.min_nodes < spec.nodes and launcher == "none":
+    if spec.elastic and launcher == "none":
         raise BadInputError(
             "an elastic size (min_nodes below nodes) needs launcher srun or torchrun: launcher "
             "none runs the command once, on one node",

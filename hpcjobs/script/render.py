@@ -158,7 +158,7 @@ def _node_range(job: JobSpec) -> str:
     """sbatch's ``--nodes``: the job's nodes and spares, a range for an elastic size."""
     spare = job.spare_nodes or 0
     most = job.nodes + spare
-    if job.min_nodes and job.min_nodes < job.nodes:
+    if job.elastic and job.min_nodes is not None:
         return f"{job.min_nodes + spare}-{most}"
     return str(most)
 
@@ -174,7 +174,7 @@ def sbatch_args(job: JobSpec, part: Partition, extra: list[str]) -> list[str]:
     array = job.array is not None
     log = "slurm-%A_%a.out" if array else "slurm-%j.out"
     assert job.requeue.signal is not None and job.requeue.lead_time is not None
-    if job.min_nodes and job.min_nodes < job.nodes:
+    if job.elastic:
         # Given tasks per node, Slurm sizes a range's tasks by its fewest nodes and allocates
         # those, even on an idle cluster (measured on 22.05). One task per node holding every
         # CPU of the node's ranks gets as many nodes as are free; each run's step says its own
@@ -204,7 +204,7 @@ def sbatch_args(job: JobSpec, part: Partition, extra: list[str]) -> list[str]:
         f"--signal=B:{job.requeue.signal}@{job.requeue.lead_time}",
         "--requeue" if job.requeue.enabled else "--no-requeue",
     ]
-    if job.spare_nodes or job.min_nodes:
+    if job.spare_nodes or job.elastic:
         # A failed node leaves the job instead of ending it: a spare takes its place, or the
         # run goes on with fewer nodes.
         args.append("--no-kill")

@@ -47,10 +47,15 @@ class Policy:
     min_nodes: int = 0
 
     @property
+    def elastic(self) -> bool:
+        """Whether a run may take fewer nodes than ``nodes`` (an elastic size)."""
+        return 0 < self.min_nodes < self.nodes
+
+    @property
     def in_job(self) -> bool:
         """Whether the chain runs again inside the job after a fault of a node (spare nodes or
         an elastic size; the job is submitted --no-kill)."""
-        return self.spare_nodes > 0 or 0 < self.min_nodes < self.nodes
+        return self.spare_nodes > 0 or self.elastic
 
 
 def parse(text: str) -> Policy:

@@ -411,7 +411,7 @@ class Supervisor:
         nodelist = ",".join(self.step) or self.env.get("SLURM_JOB_NODELIST") or "?"
         batch = self.batch or "?"
         held: dict[str, int] = {"held": len(self.allocation)} if self.step else {}
-        if self.step and 0 < self.policy.min_nodes < self.policy.nodes:
+        if self.step and self.policy.elastic:
             held["full"] = self.policy.nodes  # an elastic size: report counts a smaller run
         self.event(
             "start",
