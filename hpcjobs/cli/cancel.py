@@ -60,9 +60,9 @@ def cancel(
         later = [j for j in ref.chain.job_ids if j != root and j not in ids]
         if later and ref.chain.final is None:
             ids += later if signal is None else [ref.current]
-        standby = ref.chain.standby_for(ref.current)
-        if signal is None and ref.chain.final is None and standby and standby not in ids:
-            ids.append(standby)  # the current run's standby must not start after a cancel
+        if signal is None and ref.chain.final is None:
+            # The current run's standby and grower must not start after a cancel.
+            ids += [job for job in _waiting(ref) if job not in ids]
     # A chain's newest job that is pending never runs its script, so nothing would log the
     # chain's end: note which ones are pending now (one squeue for all), and log it below.
     open_chains = [ref for ref in chains.values() if ref.chain.final is None]
@@ -131,13 +131,23 @@ def _late_standbys(
             continue
         late += [
             job_id
-            for job_id in [*again.chain.standby_ids, *again.chain.job_ids]
+            for job_id in [
+                *again.chain.standby_ids,
+                *again.chain.grower_ids,
+                *again.chain.job_ids,
+            ]
             if job_id not in cancelled and job_id not in late
         ]
     if not late:
         return []
     outcome = client.cancel(late)
     return list(outcome.signalled)
+
+
+def _waiting(ref: ChainRef) -> list[str]:
+    """The jobs waiting in the queue for the chain's current run: its standby, its grower."""
+    found = (ref.chain.standby_for(ref.current), ref.chain.grower_for(ref.current))
+    return [job for job in found if job]
 
 
 def _pending(client: SlurmClient, job_ids: list[str]) -> dict[str, int]:

@@ -6,6 +6,9 @@ job. Every job runs ``requeue_workload.py``, one rank per node, rank 0 on the ba
 The partition has 3 nodes and the job needs 3, so the chain excludes nothing (a later job of
 the chain must still fit): the node at fault leaves the job all the same.
 
+An elastic job (``-N 2-3``) runs on the nodes left after a fault, keeps a grower waiting for
+three nodes, and moves to it once the lost node is back.
+
 The recovery times are measured in benchmarks/fault_bench.py; the bounds here are sanity
 limits for a loaded 2-core machine.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from typing import Any
 
 import pytest
@@ -47,8 +51,15 @@ def job_nodes(cluster: Cluster, job_id: str) -> list[str]:
 
 def reported_run(cluster: Cluster, root: str) -> dict[str, Any]:
     """The one run ``hpcjobs report --json`` shows for the chain, once accounting has it all."""
+    (run,) = reported_runs(cluster, root, 1)
+    return run
 
-    def probe() -> dict[str, Any] | None:
+
+def reported_runs(cluster: Cluster, root: str, count: int) -> list[dict[str, Any]]:
+    """The ``count`` runs ``hpcjobs report --json`` shows for the chain, once accounting has
+    them all."""
+
+    def probe() -> list[dict[str, Any]] | None:
         proc = subprocess.run(
             [HPCJOBS, "report", "--json", root],
             env={**os.environ, **cluster.env},
@@ -59,7 +70,7 @@ def reported_run(cluster: Cluster, root: str) -> dict[str, Any]:
         assert proc.returncode == 0, proc.stderr
         (chain,) = json.loads(proc.stdout)["chains"]
         runs: list[dict[str, Any]] = chain["runs"]
-        return runs[0] if len(runs) == 1 and not runs[0]["running"] else None
+        return runs if len(runs) == count and not any(r["running"] for r in runs) else None
 
     return wait_for(f"accounting of job {root}", probe, 60)
 
@@ -119,7 +130,13 @@ def test_an_elastic_job_runs_on_the_nodes_left(cluster: Cluster) -> None:
         stop, start = resumed(job)
         nodes = run_nodes(cluster, start)
         left = job_nodes(cluster, job.root)
-    chain = job.ended()
+        # The node stays out (drained: ReturnToService=2 would return a DOWN node to service
+        # when its slurmd next registers): the grower waits until the chain ends, which
+        # cancels it.
+        cluster.slurm("scontrol", "update", f"nodename={victim}", "state=drain", "reason=test")
+        chain = job.ended()
+    (grower,) = chain.grower_ids
+    wait_for(f"grower {grower} to leave the queue", lambda: cluster.gone(grower), 60)
 
     requeue, _second = in_job(job, chain)
     assert requeue.detail == f"continued in job {job.root} on {first[0]},{first[2]}"
@@ -136,6 +153,56 @@ def test_an_elastic_job_runs_on_the_nodes_left(cluster: Cluster) -> None:
     # The time on 2 of 3 nodes is its own badput; no spare sat idle.
     assert run["parts_s"]["shrunk"] > 0 and run["parts_s"]["spare"] == 0, run
     assert sum(run["parts_s"].values()) == pytest.approx(run["elapsed_s"], abs=1e-6)
+
+
+def test_an_elastic_job_grows_back_when_its_nodes_return(cluster: Cluster) -> None:
+    """-N 2-3: a node lost, the chain runs on two and keeps a grower waiting for three; the node
+    comes back, Slurm starts the grower beside the job (the sandbox's nodes are shared: each
+    job takes one of a node's four GPUs), the run checkpoints and hands over, and the chain
+    goes on on three nodes, from that checkpoint."""
+    job = cluster.submit(
+        "elastic-grow", "-N", "2-3", "--gpus-per-node", "1", "-t", "5:00", steps=400
+    )
+    job.progress_at_least(20)
+    first = run_nodes(cluster, events(job.chain, "start")[0])
+    assert len(first) == 3, job.chain_file.read_text()
+    with node_down(cluster, first[1]):
+        _stop, shrunk = resumed(job)
+        assert len(run_nodes(cluster, shrunk)) == 2
+        try:
+            (grower,) = wait_for(
+                f"the grower of job {job.root}",
+                lambda: [e.text("grower") for e in events(job.chain, "grower")] or None,
+                30,
+            )
+        except BaseException:
+            print(f"event log:\n{job.chain_file.read_text()}\nlog:\n{job.log[-3000:]}")
+            raise
+        assert cluster.state(grower).startswith("PENDING"), job.chain_file.read_text()
+    back_at = time.time()  # node_down returns once the node is up again
+
+    def grown() -> Event | None:
+        starts = [e for e in events(job.chain, "start") if e.job_id == grower]
+        return starts[0] if starts else None
+
+    start = wait_for(f"job {grower} to run", grown, 90, every=0.2)
+    chain = job.ended()
+    (handoff,) = events(chain, "handoff")
+    assert (handoff.cause, handoff.text("next"), handoff.job_id) == ("grow", grower, job.root)
+    nodes = run_nodes(cluster, start)
+    took = start.time - back_at
+    print(f"running on {len(nodes)} nodes again {took:.2f} s after the node came back")
+    assert len(nodes) == 3 and took <= 90, job.chain_file.read_text()
+    # From the checkpoint the run wrote when it made way.
+    assert start.number("checkpoint") == handoff.number("checkpoint") >= 0
+    assert chain.job_ids == [job.root, grower] and chain.count("requeue") == 1
+    finished(job, chain)
+    # report: the first job's run on 2 of 3 nodes is badput of its own; the grower's is not.
+    runs = reported_runs(cluster, job.root, 2)
+    print(json.dumps([{k: r[k] for k in ("job_id", "nodes", "parts_s")} for r in runs]))
+    assert runs[0]["parts_s"]["shrunk"] > 0 and runs[1]["parts_s"]["shrunk"] == 0, runs
+    for run in runs:
+        assert sum(run["parts_s"].values()) == pytest.approx(run["elapsed_s"], abs=1e-6)
 
 
 def test_an_infrastructure_crash_releases_its_node_and_runs_on_the_spare(

@@ -23,6 +23,9 @@ FAULTS = (NODE_FAILURE, INFRASTRUCTURE, STALL)
 CANCELLED = "cancelled"
 #: The program exited 0 without a warning signal: the chain is finished.
 FINISHED = "none"
+#: Not an end: a run below its full size made way for its grower, which holds more nodes (the
+#: cause of that ``handoff``). It spends no requeue budget.
+GROW = "grow"
 
 #: How Slurm records the end of a run (a job state, first word) -> its cause, where the state
 #: says one. What a state means in context (a batch host that died without a word, a requeue

@@ -176,6 +176,13 @@ def run_size(usable: int, nodes: int, minimum: int) -> int:
     return 0
 
 
+def grower_size(run: int, full: int, spares: int) -> tuple[int, int]:
+    """The fewest and most nodes a grower asks Slurm for, for a run on ``run`` of ``full``
+    nodes in a job with ``spares`` spare nodes: any larger run, up to the full size with its
+    spares."""
+    return min(run + 1, full + spares), full + spares
+
+
 def sized_launch(argv: Sequence[str], full: int, nodes: int) -> list[str] | None:
     """The launch command for a run on ``nodes`` nodes, its ``launch`` block written for
     ``full``: srun's ``--nodes=<full>`` among srun's own options (before its first word that is

@@ -72,8 +72,13 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     # (cause pass, fail or skip: every node failed, none is blamed): how many nodes it checked,
     # those that failed (they leave the job, a spare takes their place), how long it took.
     "preflight": ("checked", "failed", "seconds"),
-    # A run got excluded ``nodes`` and handed over to ``next`` at once.
-    "handoff": ("next", "nodes"),
+    # A run got excluded ``nodes`` and handed over to ``next`` at once (cause "-"); or a run
+    # below its full size handed over to its grower, which holds more nodes (cause grow, with
+    # the run's ``checkpoint`` and ``progress`` as for requeue).
+    "handoff": ("next", "nodes", "checkpoint", "progress"),
+    # A run below its full size (an elastic size) submitted its grower: job ``grower`` waits
+    # in the queue for ``size`` nodes (sbatch --nodes), and takes over once Slurm runs it.
+    "grower": ("grower", "grower_for", "size"),
 }
 
 #: How a ``requeue`` went on: the run continued as a new job (or its standby); its standby took
@@ -369,6 +374,24 @@ class Chain:
         found = [standby for standby, owner in self.standbys() if owner == job_id]
         return found[-1] if found else None
 
+    def growers(self) -> list[tuple[str, str]]:
+        """(grower job, the job whose run submitted it) for each ``grower`` event, in order."""
+        return [
+            (event.text("grower"), event.text("grower_for"))
+            for event in self.events
+            if event.event == "grower" and event.text("grower") and event.text("grower_for")
+        ]
+
+    @property
+    def grower_ids(self) -> list[str]:
+        """Every grower the chain's runs submitted."""
+        return list(dict.fromkeys(grower for grower, _ in self.growers()))
+
+    def grower_for(self, job_id: str) -> str | None:
+        """The grower that ``job_id``'s newest run submitted, if any."""
+        found = [grower for grower, owner in self.growers() if owner == job_id]
+        return found[-1] if found else None
+
     def batch_host_lost(self, job_id: str) -> str:
         """The batch host a node agent of ``job_id`` saw leave that job ("" if none did)."""
         for event in self.events:
@@ -388,9 +411,11 @@ class Chain:
         return None
 
     def names_job(self, job_id: str) -> bool:
-        """Whether ``job_id`` (or a task of that array) is a continuation or a standby of this
-        chain: a job that carries the chain's root but is not named here is not part of it."""
+        """Whether ``job_id`` (or a task of that array) is a continuation, a standby or a
+        grower of this chain: a job that carries the chain's root but is not named here is not
+        part of it."""
         named = [self._next(e) for e in self.events] + [s for s, _ in self.standbys()]
+        named += [g for g, _ in self.growers()]
         return any(n == job_id or n.startswith(job_id + "_") for n in named if n)
 
     def ended_after_standby(self, standby: str) -> bool:

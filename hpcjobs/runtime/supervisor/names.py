@@ -36,3 +36,9 @@ def done_marker(root: str) -> str:
 def capture_dir(root: str) -> str:
     """The ranks' captured output, read for fault signatures."""
     return f"capture-{root}"
+
+
+def grow_ready(job: str) -> str:
+    """Made by grower ``job`` once it holds more nodes than the run it grows and waits for
+    it: that run's grow watch looks for it (:mod:`.grow`)."""
+    return f".grow-ready-{job}"

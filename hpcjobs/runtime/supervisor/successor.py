@@ -14,11 +14,17 @@ _DROPPED_WITH_VALUE = ("-a", "-d", "--array", "--dependency", "--comment")
 
 
 def successor_args(
-    args: Sequence[str], root: str, excluded: Sequence[str], task: str, comment: str
+    args: Sequence[str],
+    root: str,
+    excluded: Sequence[str],
+    task: str,
+    comment: str,
+    nodes: str = "",
 ) -> list[str]:
     """The options for a successor of a job submitted with ``args``: every run appends to the
     first run's log files (``%j``/``%A`` become ``root``), the chain's ``excluded`` nodes join
-    any ``--exclude``, and ``task`` (an array task) and ``comment`` are kept."""
+    any ``--exclude``, and ``task`` (an array task) and ``comment`` are kept. ``nodes``, when
+    given, replaces the node count (``--nodes``: a grower asks for more nodes)."""
     exclude = list(excluded)
     kept: list[str] = []
     skip = False
@@ -36,6 +42,8 @@ def successor_args(
         if arg.startswith("--exclude="):
             exclude.append(arg[len("--exclude=") :])
             continue
+        if nodes and arg.startswith("--nodes="):
+            arg = "--nodes=" + nodes
         if arg.startswith(("--output=", "--error=")):
             arg = arg.replace("%j", root).replace("%A", root.split("_")[0])
         kept.append(arg)
@@ -48,16 +56,22 @@ def successor_args(
     return kept
 
 
-def successor_env(env: Mapping[str, str], root: str, standby_for: str) -> dict[str, str]:
+def successor_env(
+    env: Mapping[str, str], root: str, standby_for: str, grow_for: str = ""
+) -> dict[str, str]:
     """The environment a successor is submitted with: none of this job's Slurm settings (but
-    ``SLURM_CONF``), the chain's root, and ``HPCJOBS_STANDBY_FOR`` for a standby."""
+    ``SLURM_CONF``), the chain's root, ``HPCJOBS_STANDBY_FOR`` for a standby and
+    ``HPCJOBS_GROW_FOR`` for a grower."""
     clean = {
         k: v
         for k, v in env.items()
         if not re.match(r"(SLURM|SBATCH|SALLOC|SRUN)_", k) or k == "SLURM_CONF"
     }
     clean.pop("HPCJOBS_STANDBY_FOR", None)
+    clean.pop("HPCJOBS_GROW_FOR", None)
     clean["HPCJOBS_CHAIN_ROOT"] = root
     if standby_for:
         clean["HPCJOBS_STANDBY_FOR"] = standby_for
+    if grow_for:
+        clean["HPCJOBS_GROW_FOR"] = grow_for
     return clean

@@ -37,12 +37,14 @@ from .causes import (
     APPLICATION,
     CANCELLED,
     FINISHED,
+    GROW,
     INFRASTRUCTURE,
     NODE_FAILURE,
     PREEMPTION,
     STALL,
 )
 from .eventlog import CONTINUED, IN_JOB, SLURM, SLURM_FALLBACK, TOOK_OVER, Chain, EventLog
+from .grow import GrowWatch
 from .policy import Policy
 from .signatures import all_patterns
 from .slurm import Slurm, field, line_value
@@ -68,6 +70,10 @@ PREFLIGHT_SH = (
     " | cut -c1-200)\n"
     'printf \'%s %s %s %s\\n\' "$0" "${SLURMD_NODENAME:-$(hostname -s)}" "$rc" "$last"\n'
 )
+
+#: How long a grower waits for the run it grows to hand over, beyond the warning lead time
+#: that run's program gets to checkpoint.
+GROW_WAIT_MARGIN_S = 60
 
 #: How long the agents get to write once more and clean up (an agent on a dead node never
 #: answers: its srun is killed then).
@@ -164,12 +170,16 @@ class Supervisor:
         self.run_dir = self.env.get("HPCJOBS_RUN_DIR", "") or os.getcwd()
         self.root = self.env.get("HPCJOBS_CHAIN_ROOT", "")
         self.standby_for = self.env.get("HPCJOBS_STANDBY_FOR", "")
+        #: A grower: the job whose run below its full size it takes over from.
+        self.grow_for = self.env.get("HPCJOBS_GROW_FOR", "")
         self.ckpt_dir = self.env.get("HPCJOBS_CHECKPOINT_DIR", "")
         self.progress_dir = ""
         self.capture_dir = ""
         self.err_file = ""
         self.err_offset = 0
         self.standby = ""
+        self.grower = ""  #: this run's grower (an elastic job below its full size)
+        self.grow_watch: GrowWatch | None = None
         self.requeue_off = False
         self.claimed = ""
         self.signal_seen = ""
@@ -258,6 +268,7 @@ class Supervisor:
             # While the program starts up: it never waits for sbatch. A batch host lost before
             # the standby is there falls back to Slurm's requeue (Requeue=0 comes with it).
             self.standby_submit()
+            self.grow_submit()
             code = self.finish(self.wait())
             while code is None:  # a fault this job recovers from on its remaining nodes
                 self.relaunch()
@@ -272,7 +283,7 @@ class Supervisor:
         what = f"supervisor error: {type(exc).__name__}: {exc}"
         self.log(what)
         self.event("end", "fail", what)
-        for action in (self.standby_cancel, self.stop_agents):
+        for action in (self.standby_cancel, self.grower_cancel, self.stop_agents):
             with contextlib.suppress(Exception):
                 action()
         if self.child is not None and self.child.poll() is None:
@@ -345,6 +356,7 @@ class Supervisor:
                 self.kill_steps,
             )
             self.watch.start()
+        self.watch_grower()
 
     def wait(self) -> int:
         assert self.child is not None
@@ -369,8 +381,9 @@ class Supervisor:
             self.env.get("SLURM_ARRAY_JOB_ID") or self.job or "x"
         ):
             self.root = self.self_id
-            self.standby_for = ""
+            self.standby_for = self.grow_for = ""
             self.env.pop("HPCJOBS_STANDBY_FOR", None)
+            self.env.pop("HPCJOBS_GROW_FOR", None)
         self.root = self.root or self.self_id
         self.env["HPCJOBS_CHAIN_ROOT"] = self.root
         # The ranks report their progress on node-local storage (hpcjobs.runtime.progress);
@@ -400,6 +413,8 @@ class Supervisor:
             failed = self.preflight()
             if not self.take_nodes(failed) and failed:
                 self.too_few_healthy(failed)
+        if self.grow_for and self.restart == 0:
+            self.after_grower_start()
         self.handoff_if_excluded()
         self.faults_begin()
         self.start_agents()  # from here on every run ends in finish(), which stops them
@@ -699,23 +714,35 @@ class Supervisor:
 
     # ---- the standby --------------------------------------------------------------------------
 
-    def successor_args(self) -> list[str]:
-        """This job's sbatch options for a job that continues its chain (:mod:`.successor`)."""
+    def successor_args(self, nodes: str = "", excluded: Sequence[str] | None = None) -> list[str]:
+        """This job's sbatch options for a job that continues its chain (:mod:`.successor`);
+        ``nodes``: another node count, ``excluded``: other nodes to leave out than the
+        chain's."""
         comment = (self.slurm.queue_value(self.job, "%k") or [""])[0].strip()
         root = self.root or self.self_id
-        return successor_args(
-            self.policy.sbatch_args, root, self.chain.excluded(), self.task, comment
-        )
+        if excluded is None:
+            excluded = self.chain.excluded()
+        return successor_args(self.policy.sbatch_args, root, excluded, self.task, comment, nodes)
 
-    def submit_next(self, dependency: str, standby_for: str, extra: Sequence[str] = ()) -> str:
-        """Submit a job that continues this chain once ``dependency`` holds; its id (1234, or
-        1234_7 for an array task). ``standby_for`` (may be "") marks it as the standby of that
-        run. Raises RuntimeError with sbatch's message when it fails."""
-        args = self.successor_args()
+    def submit_next(
+        self,
+        dependency: str,
+        standby_for: str = "",
+        extra: Sequence[str] = (),
+        nodes: str = "",
+        grow_for: str = "",
+        excluded: Sequence[str] | None = None,
+    ) -> str:
+        """Submit a job that continues this chain once ``dependency`` holds (""; as soon as
+        Slurm can); its id (1234, or 1234_7 for an array task). ``standby_for`` marks it as the
+        standby of that run, ``grow_for`` as its grower (on ``nodes`` nodes, without
+        ``excluded``). Raises RuntimeError with sbatch's message when it fails."""
+        args = self.successor_args(nodes, excluded)
         # A clean environment: the new job must not inherit this job's SLURM_* settings.
-        env = successor_env(self.env, self.root or self.self_id, standby_for)
+        env = successor_env(self.env, self.root or self.self_id, standby_for, grow_for)
         cwd = self.env.get("SLURM_SUBMIT_DIR") or self.run_dir
-        argv = ["--dependency=" + dependency, *list(extra), *args, self.script]
+        depends = ["--dependency=" + dependency] if dependency else []
+        argv = [*depends, *list(extra), *args, self.script]
         result = self.slurm.submit(argv, cwd, env)
         text = (result.out + result.err).strip()
         new = result.out.strip().split(";", 1)[0]
@@ -867,6 +894,9 @@ class Supervisor:
                 self.sleep(0.25)
         if self.chain.continued_as(self.self_id):
             return
+        grower = self.chain.grower_for(pred)
+        if grower and not self.slurm.cancel(grower):  # it would wait for a run that is gone
+            self.log(f"could not cancel the grower job {grower}")
         if self.chain.ended_after_standby(self.self_id):
             self.log(f"the chain ended with job {pred}; its standby does not run")
             raise Stop(0)
@@ -929,6 +959,154 @@ class Supervisor:
             )
         )
         self.enforce_budget(cause)
+
+    # ---- the grower ---------------------------------------------------------------------------
+
+    def grow_submit(self) -> None:
+        """A run of an elastic job below its full size: give it a grower, a job of the chain
+        that waits in the queue for more nodes than the run has and takes over once Slurm runs
+        it (:mod:`.grow`). Not for array tasks, nor for a job submitted --no-requeue, nor with
+        too little time left for the move to pay off."""
+        run = len(self.step)
+        if not self.policy.elastic or not run or run >= self.policy.nodes:
+            return
+        if self.grower or self.task or not self.policy.standby:
+            return
+        left = decide.seconds((self.slurm.queue_value(self.job, "%L") or [""])[0])
+        if left is not None and left <= self.policy.lead + decide.TIMEOUT_MARGIN_S:
+            return
+        low, high = decide.grower_size(run, self.policy.nodes, self.policy.spare_nodes)
+        size = f"{low}-{high}" if low < high else str(high)
+        # The chain's exclusions, the newest kept, as far as the grower still fits the
+        # partition (a node that failed may be the one that has to come back).
+        excluded = self.chain.excluded()
+        total = self.partition_nodes()
+        if total is not None and excluded:
+            limit = max(total - low, 0)
+            excluded, released = decide.excluded_after([], excluded, limit)
+            if released:
+                self.event(
+                    "exclude",
+                    GROW,
+                    f"nodes={','.join(excluded) or '-'} released={','.join(released)} "
+                    f"(at most {limit} excluded for {low} nodes)",
+                    nodes=excluded,
+                    released=released,
+                    limit=limit,
+                )
+                self.log(f"no longer excluding {' '.join(released)}: a larger run needs them")
+        try:
+            new = self.submit_next("", nodes=size, grow_for=self.self_id, excluded=excluded)
+        except RuntimeError as exc:
+            self.log(f"could not submit a grower job ({exc}); this job stays at {run} nodes")
+            return
+        self.event(
+            "grower",
+            "-",
+            f"grower job {new} for job {self.self_id} waits for {size} nodes",
+            grower=new,
+            grower_for=self.self_id,
+            size=size,
+        )
+        self.log(f"running on {run} of {self.policy.nodes} nodes; job {new} waits for {size}")
+        if self.being_cancelled():
+            if not self.slurm.cancel(new):
+                self.log(f"could not cancel the grower job {new}")
+            return
+        self.grower = new
+        self.watch_grower()
+
+    def queue_state(self, job: str) -> str:
+        """``job``'s state in squeue (PENDING, RUNNING, ...; "" when squeue has none)."""
+        return (self.slurm.queue_value(job, "%T") or [""])[0].strip()
+
+    def watch_grower(self) -> None:
+        """Watch this run's grower while the run goes on (:class:`.grow.GrowWatch`)."""
+        if not self.grower or self.child is None:
+            return
+        marker = os.path.join(self.run_dir, names.grow_ready(self.grower))
+        self.grow_watch = GrowWatch(
+            self.grower,
+            lambda: os.path.isdir(marker),
+            self.policy.lead,
+            self.policy.signal,
+            self.child,
+            self.log,
+            self.kill_steps,
+        )
+        self.grow_watch.start()
+
+    def grower_cancel(self) -> None:
+        """The chain does not go on in this run's grower: it goes."""
+        if self.grower and not self.slurm.cancel(self.grower):
+            self.log(f"could not cancel the grower job {self.grower}")
+        self.grower = ""
+
+    def hand_over_to_grower(self) -> int | None:
+        """The grower runs and this run made way for it: log the handoff (the grower waits for
+        it) and end. None when the grower gave up waiting meanwhile (:meth:`after_grower_start`):
+        the run's end is decided as any other."""
+        grower = self.grower
+        if not self.claim_takeover(grower):
+            self.log(f"the grower job {grower} no longer waits for this run")
+            self.grower = ""
+            return None
+        self.standby_cancel()  # the grower submits its own
+        self.no_slurm_requeue()
+        self.event(
+            "handoff",
+            GROW,
+            f"continued as job {grower}: it holds more nodes than this run's {len(self.step)}",
+            next=grower,
+            nodes=[],
+            **self.position(),
+        )
+        self.log(f"continuing as job {grower}, on more nodes, from the last checkpoint")
+        self.grower = ""
+        return 0
+
+    def after_grower_start(self) -> None:
+        """This job is a grower and Slurm runs it: when its run is larger than the one it grows,
+        say so and wait until that run hands over (it checkpoints first). Raises :class:`Stop`
+        when its run would be no larger (it goes; that run goes on), or when that run ended
+        otherwise (the chain went on elsewhere, or is over) or did not hand over in time."""
+        pred = self.grow_for
+        starts = [e for e in self.chain.events if e.event == "start" and e.job_id == pred]
+        theirs = len(starts[-1].text("nodelist").split(",")) if starts else 0
+        if len(self.step) <= theirs:
+            self.log(
+                f"this job can run on {len(self.step)} nodes, job {pred} runs on {theirs}; "
+                "it does not take over"
+            )
+            raise Stop(0)
+        marker = os.path.join(self.run_dir, names.grow_ready(self.self_id))
+        with contextlib.suppress(OSError):
+            _private_mkdir(marker)
+        deadline = self.clock() + self.policy.lead + GROW_WAIT_MARGIN_S
+        look = 0.0
+        self.log(f"job {pred} runs on {theirs} nodes; waiting for it to hand over")
+        try:
+            while not self.chain.continued_as(self.self_id):
+                now = self.clock()
+                gone = False
+                if now >= look:
+                    look = now + 2
+                    gone = self.queue_state(pred) not in ("RUNNING", "COMPLETING")
+                # Claimed first: that run can no longer hand over to this job (it claims
+                # before it logs the handoff). A claim that fails means the handoff is being
+                # logged.
+                giving_up = gone or now >= deadline or bool(self.signal_seen)
+                if (giving_up and self.claim_takeover(self.self_id)) or (
+                    now >= deadline + GROW_WAIT_MARGIN_S
+                ):
+                    self.log(f"job {pred} did not hand over to this job; it does not run")
+                    raise Stop(0)
+                self.sleep(0.25)
+        finally:
+            with contextlib.suppress(OSError):
+                os.rmdir(marker)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(self.run_dir, f".takeover-{self.self_id}"))
 
     def take_nodes(self, bad: Sequence[str] = ()) -> bool:
         """With spare nodes: choose the nodes the next run takes, and release from the job the
@@ -1021,7 +1199,9 @@ class Supervisor:
         count = max(self.chain.count("start"), self.restart)
         self.env["HPCJOBS_RESTART_COUNT"] = str(count)
         self.announce(count)
+        self.grow_watch = None
         self.launch()
+        self.grow_submit()
         excluded = self.chain.excluded()
         if self.standby and excluded:
             # Should this batch host die too, its standby starts without them.
@@ -1097,11 +1277,15 @@ class Supervisor:
                 seen.append(node)
         return seen
 
+    def partition_nodes(self) -> int | None:
+        """How many nodes the job's partition has (None: unknown)."""
+        partition = self.env.get("SLURM_JOB_PARTITION", "").split(",")[0]
+        return self.slurm.partition_nodes(partition) if partition else None
+
     def exclude(self, cause: str, nodes: Sequence[str]) -> None:
         """Exclude ``nodes`` from every later run of the chain, within the limits."""
         room = None
-        partition = self.env.get("SLURM_JOB_PARTITION", "").split(",")[0]
-        total = self.slurm.partition_nodes(partition) if partition else None
+        total = self.partition_nodes()
         if total is not None:
             # Every later job of the chain asks for the nodes this one asked for (spares too).
             fewest = self.policy.min_nodes or self.policy.nodes
@@ -1345,9 +1529,17 @@ class Supervisor:
         the chain runs again inside this job (:meth:`relaunch`)."""
         if self.watch is not None:
             self.watch.close()
+        if self.grow_watch is not None:
+            self.grow_watch.close()
         self.ask_agents()
         try:
-            return self.decide_and_act(rc)
+            growing = self.grow_watch is not None and self.grow_watch.started.is_set()
+            code = self.hand_over_to_grower() if growing and not self.is_done() else None
+            if code is None:
+                code = self.decide_and_act(rc)
+            if code is not None:
+                self.grower_cancel()  # the chain ends, or goes on in another job
+            return code
         finally:
             self.stop_agents()
 

@@ -1,0 +1,87 @@
+"""Growing back: an elastic job running below its full size keeps a **grower**, a pending job of
+the chain that asks for more nodes than the run has (docs/requeue.md, "Growing back").
+
+Slurm cannot add nodes to a running job that holds GPUs (job expansion refuses a job with
+allocated GRES, measured on 22.05), so the chain grows by moving: when Slurm starts the grower
+and it holds more usable nodes than the run, it says so (a marker in the output folder,
+:func:`.names.grow_ready`); the run gets the warning signal (the program checkpoints and exits,
+as before a time limit), hands over, and the grower runs from that checkpoint.
+
+:class:`GrowWatch` looks for the marker once every :data:`POLL_S` seconds (one stat on the
+shared file system; nothing asks Slurm), from a thread, while the run goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+#: How often a run below its full size asks whether its grower has started.
+POLL_S = 5.0
+
+
+class GrowWatch:
+    """Watches the grower of one run (``child``): once it is ready, the run is signalled to
+    checkpoint and exit, and its steps are killed ``grace`` seconds later."""
+
+    def __init__(
+        self,
+        grower: str,
+        ready: Callable[[], bool],
+        grace: int,
+        warning: str,
+        child: subprocess.Popen[bytes],
+        log: Callable[[str], None],
+        kill_steps: Callable[[], None],
+        every: float | None = None,
+    ) -> None:
+        self.grower = grower
+        self.ready = ready
+        self.grace = grace
+        self.warning = warning
+        self.child = child
+        self.log = log
+        self.kill_steps = kill_steps
+        self.every = POLL_S if every is None else every
+        #: Set once the grower is ready and this run was told to make way for it.
+        self.started = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="grow-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            if self.child.poll() is not None:
+                return
+            if self.ready():
+                self.started.set()
+                self._make_way()
+                return
+
+    def _make_way(self) -> None:
+        warning = "SIG" + self.warning
+        self.log(
+            f"job {self.grower} holds the nodes for a larger run; sending {warning} so that "
+            f"this run checkpoints and hands over (its steps end in {self.grace} s)"
+        )
+        with contextlib.suppress(OSError):
+            self.child.send_signal(getattr(signal, warning))
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline:
+            if self.child.poll() is not None or self._stop.wait(0.2):
+                return
+        self.kill_steps()
+        if not self._stop.wait(3) and self.child.poll() is None:
+            with contextlib.suppress(OSError):
+                self.child.kill()

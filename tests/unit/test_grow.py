@@ -1,0 +1,216 @@
+"""Growing back: an elastic run below its full size keeps a grower, a pending job that asks
+for more nodes; once the grower holds them it says so, the run checkpoints and hands over.
+With a fake Slurm (tests/live/test_spares.py runs the same path on a real one)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from hpcjobs.runtime.supervisor import decide, grow, names
+from hpcjobs.runtime.supervisor.eventlog import Chain, Event, parse
+from hpcjobs.runtime.supervisor.policy import Policy
+from hpcjobs.runtime.supervisor.slurm import Result
+from hpcjobs.runtime.supervisor.successor import successor_args, successor_env
+from hpcjobs.runtime.supervisor.supervise import Stop, Supervisor
+from tests.eventlines import events_in, line
+from tests.unit.test_spares import JobSlurm
+from tests.unit.test_spares import _supervisor as spare_supervisor
+
+
+@pytest.mark.parametrize(
+    ("run", "full", "spares", "size"),
+    [(2, 3, 0, (3, 3)), (1, 3, 0, (2, 3)), (2, 3, 1, (3, 4)), (3, 3, 0, (3, 3))],
+)
+def test_a_grower_asks_for_any_larger_run(
+    run: int, full: int, spares: int, size: tuple[int, int]
+) -> None:
+    assert decide.grower_size(run, full, spares) == size
+
+
+def test_a_grower_is_submitted_with_its_own_node_count_and_names_the_run_it_grows() -> None:
+    args = ["--nodes=2-3", "--no-kill", "--exclude=n9", "--output=/o/slurm-%j.out"]
+    assert successor_args(args, "300", ["n2"], "", "hpcjobs:t", "3") == [
+        "--nodes=3", "--no-kill", "--output=/o/slurm-300.out", "--exclude=n2,n9",
+        "--comment=hpcjobs:t",
+    ]  # fmt: skip
+    env = successor_env({"HPCJOBS_GROW_FOR": "1", "SLURM_JOB_ID": "300"}, "300", "", "300")
+    assert env == {"HPCJOBS_CHAIN_ROOT": "300", "HPCJOBS_GROW_FOR": "300"}
+    assert "HPCJOBS_GROW_FOR" not in successor_env({"HPCJOBS_GROW_FOR": "1"}, "300", "")
+
+
+def test_the_chain_names_its_growers() -> None:
+    chain = Chain(parse(line("300", "grower", grower="310", grower_for="300", size="3")))
+    assert chain.grower_for("300") == "310" and chain.grower_ids == ["310"]
+    assert chain.names_job("310") and not chain.names_job("311")
+
+
+# ---- the run below its full size ------------------------------------------------------------
+
+
+class GrowSlurm(JobSlurm):
+    """Job 300 on n1,n3 (n2 failed) of a 3-node partition; sbatch is remembered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs["300"]["NodeList"] = "n1,n3"
+        self.submitted: list[tuple[list[str], dict[str, str]]] = []
+
+    def partition_nodes(self, partition: str) -> int | None:
+        return 3
+
+    def submit(self, argv: Sequence[str], cwd: str, env: dict[str, str]) -> Result:
+        self.submitted.append((list(argv), dict(env)))
+        return super().submit(argv, cwd, env)
+
+
+class Child:
+    """The launcher, as the grow watch sees it."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+        self.code: int | None = None
+
+    def poll(self) -> int | None:
+        return self.code
+
+    def send_signal(self, signum: int) -> None:
+        self.signals.append(signum)
+        self.code = 0  # the program checkpoints and exits
+
+    def kill(self) -> None:  # pragma: no cover - the program exits on the signal
+        self.code = -9
+
+
+def _shrunk(tmp_path: Path, slurm: GrowSlurm) -> Supervisor:
+    """Job 300 asked for -N 2-3, lost n2 (excluded), and runs on n1,n3."""
+    sup = spare_supervisor(tmp_path, slurm, spare=0)
+    sup.policy = Policy(
+        budgets={"node_failure": 3},
+        nodes=3,
+        min_nodes=2,
+        sbatch_args=["--nodes=2-3", "--no-kill"],
+    )
+    sup.exclude("node_failure", ["n2"])
+    assert sup.take_nodes() and sup.step == ["n1", "n3"]
+    return sup
+
+
+def _events(tmp_path: Path, kind: str) -> list[Event]:
+    return [e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == kind]
+
+
+def test_a_run_below_its_full_size_makes_way_for_its_grower(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(grow, "POLL_S", 0.01)
+    slurm = GrowSlurm()
+    sup = _shrunk(tmp_path, slurm)
+    child = Child()
+    sup.child = child  # type: ignore[assignment]
+    sup.grow_submit()
+    ((argv, env),) = slurm.submitted
+    # Any larger run; n2 no longer excluded, for 3 nodes need all of the partition's 3.
+    assert "--nodes=3" in argv and not any(a.startswith("--exclude") for a in argv)
+    assert env["HPCJOBS_GROW_FOR"] == "300" and "--dependency" not in " ".join(argv)
+    (exclude,) = [e for e in _events(tmp_path, "exclude") if e.cause == "grow"]
+    assert (exclude.names("nodes"), exclude.names("released")) == ([], ["n2"])
+    (grower_event,) = _events(tmp_path, "grower")
+    grower = sup.grower
+    assert grower_event.text("grower") == grower and grower_event.text("size") == "3"
+    # Pending: the run goes on.
+    time.sleep(0.1)
+    assert child.signals == [] and not sup.grow_watch.started.is_set()  # type: ignore[union-attr]
+    # The grower holds 3 nodes and says so: the run is told to checkpoint and exit.
+    (tmp_path / "run" / names.grow_ready(grower)).mkdir()
+    deadline = time.monotonic() + 5
+    while not child.signals and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert child.signals == [signal.SIGUSR2]
+    sup.grow_watch.close()  # type: ignore[union-attr]
+    assert sup.hand_over_to_grower() == 0
+    (handoff,) = _events(tmp_path, "handoff")
+    assert (handoff.cause, handoff.text("next")) == ("grow", grower)
+    assert sup.grower == "" and sup.chain.continued_as(grower)
+
+
+def test_a_run_that_ends_otherwise_cancels_its_grower(tmp_path: Path) -> None:
+    slurm = GrowSlurm()
+    sup = _shrunk(tmp_path, slurm)
+    sup.grow_submit()
+    grower = sup.grower
+    sup.grower_cancel()
+    assert f"cancel {grower}" in slurm.calls and sup.grower == ""
+
+
+def test_no_grower_at_full_size_nor_near_the_time_limit(tmp_path: Path) -> None:
+    slurm = GrowSlurm()
+    sup = _shrunk(tmp_path, slurm)
+    slurm.time_left = "2:00"  # a move would not pay off
+    sup.grow_submit()
+    sup.step = ["n1", "n2", "n3"]
+    slurm.time_left = "1:00:00"
+    sup.grow_submit()
+    assert slurm.submitted == [] and sup.grower == ""
+
+
+# ---- the grower ---------------------------------------------------------------------------
+
+
+def _grower(tmp_path: Path, slurm: GrowSlurm, nodes: str) -> Supervisor:
+    """Job 310, the grower of job 300 (which runs on n1,n3), started on ``nodes``."""
+    slurm.jobs["310"] = {"JobState": "RUNNING", "NodeList": nodes}
+    sup = spare_supervisor(tmp_path, slurm, spare=0)
+    sup.policy = Policy(budgets={"node_failure": 3}, nodes=3, min_nodes=2)
+    sup.job = sup.self_id = "310"
+    sup.batch = "n4"
+    sup.grow_for = "300"
+    sup.env.update(SLURM_JOB_ID="310", SLURM_JOB_NODELIST=nodes)
+    log = tmp_path / "run" / "chain-300.jsonl"
+    log.write_text(
+        log.read_text()
+        + line("300", "start", checkpoint=19, nodelist="n1,n3", batch="n1", held=2, full=3)
+        + line("300", "grower", grower="310", grower_for="300", size="3")
+    )
+    assert sup.take_nodes()
+    return sup
+
+
+def test_a_grower_waits_for_the_handoff(tmp_path: Path) -> None:
+    slurm = GrowSlurm()
+    sup = _grower(tmp_path, slurm, "n[4-6]")
+    marker = tmp_path / "run" / names.grow_ready("310")
+    log = tmp_path / "run" / "chain-300.jsonl"
+
+    def hand_over(now: float) -> None:
+        if marker.is_dir() and now > 1005:
+            log.write_text(log.read_text() + line("300", "handoff", "grow", next="310"))
+
+    sup.clock.on_sleep = hand_over  # type: ignore[attr-defined]
+    slurm.jobs["300"] = {"JobState": "RUNNING"}
+    sup.after_grower_start()
+    assert not marker.exists() and sup.chain.continued_as("310")
+
+
+def test_a_grower_no_larger_than_the_run_does_not_take_over(tmp_path: Path) -> None:
+    slurm = GrowSlurm()
+    sup = _grower(tmp_path, slurm, "n4,n5")
+    with pytest.raises(Stop):
+        sup.after_grower_start()
+    assert not (tmp_path / "run" / names.grow_ready("310")).exists()
+
+
+def test_a_grower_whose_run_ended_otherwise_does_not_run(tmp_path: Path) -> None:
+    slurm = GrowSlurm()
+    sup = _grower(tmp_path, slurm, "n[4-6]")
+    slurm.jobs["300"] = {"JobState": "TIMEOUT"}
+    with pytest.raises(Stop):
+        sup.after_grower_start()
+    # It claimed the handoff: the run it grew can no longer hand over to it.
+    run = spare_supervisor(tmp_path, slurm, spare=0)
+    run.grower = "310"
+    assert run.hand_over_to_grower() is None and not run.chain.continued_as("310")
