@@ -9,12 +9,18 @@ For a 2-node ``hpcjobs submit`` job (one rank per node) it injects, one job each
   * stall: rank 1 stops progressing (``--stall-timeout 10``, the site's 10 s grace).
 
 and prints the time from the fault (the DOWN, the crashing rank's last progress report, the hung
-rank's last report) to the chain running again, and whether the next run avoided the node.
+rank's last report) to the chain running again, and whether the next run avoided the node (for
+"grow back": whether it runs on 3 nodes).
 
 Slurm's default path, for comparison: a plain ``sbatch --requeue`` 2-node job whose second node
 is set DOWN comes back after Slurm's requeue hold (``--skip-default`` leaves it out: it takes
 about two and a half minutes); a crashed job is FAILED and stays so; a hung one burns its time
 limit. Times come from the event log and the progress reports (no sacct rounding).
+
+With ``--elastic`` every job asks for ``-N 2-3`` (the whole 3-node sandbox): a node failure
+makes it run on the 2 nodes left inside the job, and a second row, "grow back", measures the
+time from the node's return to the chain running on 3 nodes again (its grower takes over at the
+next checkpoint, docs/requeue.md "Growing back").
 
 With ``--spare-nodes 1`` every job holds a third node (``-N 2 --spare-nodes 1``: the whole
 3-node sandbox, so no standby could start) and recovers inside itself; put its table beside the
@@ -83,6 +89,12 @@ def submit(
 
 def chain_of(folder: Path, name: str, root: str) -> Chain:
     return read_chain(chain_file(folder / name, root))
+
+
+def cancel_chain(slurm: Slurm, folder: Path, name: str, root: str) -> None:
+    """Cancel every job of the chain: its runs, standbys and growers."""
+    chain = chain_of(folder, name, root)
+    slurm.run("scancel", root, *chain.job_ids, *chain.standby_ids, *chain.grower_ids, check=False)
 
 
 def next_start(folder: Path, name: str, root: str, timeout: float = 120) -> tuple[float, str]:
@@ -205,7 +217,7 @@ def bench_node(slurm: Slurm, folder: Path, batch_host: bool, trial: int) -> dict
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)
         node_back(slurm, victim)
-    slurm.run("scancel", root, *chain_of(folder, name, root).job_ids, check=False)
+    cancel_chain(slurm, folder, name, root)
     return {"latency": start - down, "avoided": victim not in hostnames(slurm, new_nodes)}
 
 
@@ -218,7 +230,7 @@ def bench_crash(slurm: Slurm, folder: Path, trial: int) -> dict[str, object]:
     nodes, _batch = first_run(folder, name, root)
     suspect = hostnames(slurm, nodes[0])[1]
     row = phases(slurm, folder, name, root, report_time(folder, name, 1, step), start)
-    slurm.run("scancel", root, *chain_of(folder, name, root).job_ids, check=False)
+    cancel_chain(slurm, folder, name, root)
     return {**row, "avoided": suspect not in hostnames(slurm, new_nodes)}
 
 
@@ -231,8 +243,45 @@ def bench_stall(slurm: Slurm, folder: Path, timeout: int, trial: int) -> dict[st
     nodes, _batch = first_run(folder, name, root)
     suspect = hostnames(slurm, nodes[0])[1]
     row = phases(slurm, folder, name, root, report_time(folder, name, 1, step), start)
-    slurm.run("scancel", root, *chain_of(folder, name, root).job_ids, check=False)
+    cancel_chain(slurm, folder, name, root)
     return {**row, "avoided": suspect not in hostnames(slurm, new_nodes)}
+
+
+def bench_grow(slurm: Slurm, folder: Path, trial: int) -> dict[str, object]:
+    """An elastic job (``--elastic``) loses a node, runs on two, and grows back once the node
+    returns: the time from its return to the grower's run."""
+    name = f"grow-{trial}"
+    root = submit(slurm, folder, name)
+    wait_for("progress", progressed(folder, name, 20 + 6 * trial), 120)
+    nodes_text, batch = first_run(folder, name, root)
+    victim = next(n for n in hostnames(slurm, nodes_text[0]) if n != batch)
+    try:
+        node_down(slurm, victim)
+        next_start(folder, name, root)
+        grower = wait_for(
+            "the grower",
+            lambda: next(
+                (e.text("grower") for e in chain_of(folder, name, root).events
+                 if e.event == "grower"),
+                None,
+            ),
+            60,
+        )  # fmt: skip
+    finally:
+        back = time.time()
+        node_back(slurm, victim)
+    start = wait_for(
+        f"{name} to grow back",
+        lambda: next(
+            (e for e in chain_of(folder, name, root).events
+             if e.event == "start" and e.job_id == grower),
+            None,
+        ),
+        120,
+    )  # fmt: skip
+    grown = hostnames(slurm, start.detail.split("nodes=")[1].split()[0])
+    cancel_chain(slurm, folder, name, root)
+    return {"latency": start.time - back, "avoided": len(grown) == 3}
 
 
 def summary(trials: list[dict[str, object]]) -> dict[str, object]:
@@ -296,7 +345,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         action="append",
-        choices=("node", "batch-host", "crash", "stall"),
+        choices=("node", "batch-host", "crash", "stall", "grow"),
         help="run only these faults (repeatable)",
     )
     parser.add_argument(
@@ -315,8 +364,17 @@ def main() -> int:
         metavar="K",
         help="submit every job with K spare nodes (recovery inside the job; no batch host fault)",
     )
+    parser.add_argument(
+        "--elastic",
+        action="store_true",
+        help="submit every job with -N 2-3 (a node failure: run on 2; then grow back to 3)",
+    )
     sandbox_options(parser)
     args = parser.parse_args()
+    if args.elastic:
+        SUBMIT_OPTIONS.extend(["-N", "2-3"])
+        args.only = args.only or ["node", "grow"]
+        args.skip_default = True
     if args.spare_nodes:
         SUBMIT_OPTIONS.extend(["--spare-nodes", str(args.spare_nodes)])
         args.only = [k for k in args.only or ("node", "crash", "stall") if k != "batch-host"]
@@ -330,6 +388,7 @@ def main() -> int:
             lambda s, f, t: bench_node(s, f, True, t),
         ),
         "crash": ("NCCL/IB crash", "from the last report", bench_crash),
+        "grow": ("grow back (3 nodes)", "from its return", bench_grow),
         "stall": (
             f"stall ({args.stall_timeout} s)",
             "from the last report",
@@ -367,8 +426,10 @@ def main() -> int:
         ),
         "batch host failure": "the same requeue hold",
         "NCCL/IB crash": "never: the job is FAILED",
+        "grow back (3 nodes)": "never: a job keeps its size",
     }
     spares = f"; -N 2 --spare-nodes {args.spare_nodes}" if args.spare_nodes else ""
+    spares += "; -N 2-3" if args.elastic else ""
     print(f"{args.repeat} trial(s) per fault; median (lowest-highest){spares}")
     print("fault                  hpcjobs: running again            avoided   Slurm's default path")
     for fault, row, since in rows:

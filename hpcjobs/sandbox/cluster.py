@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 
 ACCOUNT = "sandbox"
+#: A second Unix user with an association in the sandbox's account: tests submit its jobs to
+#: fill the cluster (someone else's work on a busy cluster). Created on the host (and in a
+#: release's root) when missing: a system user without a home or a login shell.
+OTHER_USER = "hpcjobs-other"
 DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld")
 #: Retries for the sandbox's own Slurm commands: its controller is local, so a few seconds.
 SANDBOX_RETRY = RetryPolicy(total_s=10.0, first_wait_s=0.5, max_wait_s=2.0, max_attempts=5)
@@ -208,7 +212,9 @@ class Sandbox:
         else:
             packages.ensure_installed(progress=progress)
         self._prepare_files(wanted)
+        uid, gid = _ensure_user(OTHER_USER)
         if self.root is not None:
+            self.root.add_user(OTHER_USER, uid, gid)
             self.root.copy_host_files()
             self.root.mount([self.layout.root, self.layout.run, *self.binds])
         self._start_munge(progress)
@@ -411,7 +417,10 @@ class Sandbox:
                 ["sacctmgr", "-i", "add", "account", ACCOUNT, f"cluster={CLUSTER_NAME}"],
                 timeout=30,
             )
-        user = _current_user()
+        for user in (_current_user(), OTHER_USER):
+            self._add_association(user)
+
+    def _add_association(self, user: str) -> None:
         assoc = self.slurm.run(
             [
                 "sacctmgr",
@@ -636,6 +645,25 @@ def _program(name: str) -> str:
 
 def _short_hostname() -> str:
     return socket.gethostname().split(".")[0]
+
+
+def _ensure_user(name: str) -> tuple[int, int]:
+    """The uid and gid of user ``name`` on this host, created (a system user) when missing."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        argv = ["useradd", "--system", "--user-group", "--no-create-home"]
+        argv += ["--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name]
+        result = LocalRunner().run(argv, timeout=30, check=False)
+        if not result.ok:
+            raise SandboxError(
+                f"could not create the user {name}: {result.stderr.strip() or result.stdout}",
+                hint="create it yourself (useradd --system), then run 'sandbox up' again",
+            ) from None
+        entry = pwd.getpwnam(name)
+    return entry.pw_uid, entry.pw_gid
 
 
 def _current_user() -> str:

@@ -283,6 +283,19 @@ class DebianRoot:
                 shutil.copyfile(name, target)
                 os.chmod(target, READABLE)
 
+    def add_user(self, name: str, uid: int, gid: int) -> None:
+        """Give the root the host's user ``name`` (and its group), with the same ids: its
+        slurmd runs that user's jobs (idempotent)."""
+        for table, entry in (
+            ("passwd", f"{name}:x:{uid}:{gid}::/nonexistent:/usr/sbin/nologin\n"),
+            ("group", f"{name}:x:{gid}:\n"),
+        ):
+            path = Path(_inside(self.path, f"/etc/{table}"))
+            text = path.read_text(encoding="utf-8")
+            if not any(line.split(":", 1)[0] == name for line in text.splitlines()):
+                with path.open("a", encoding="utf-8") as handle:
+                    handle.write(("" if text.endswith("\n") or not text else "\n") + entry)
+
     # ---- mounts -----------------------------------------------------------------------------
 
     def mounted(self) -> list[str]:

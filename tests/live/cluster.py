@@ -16,6 +16,7 @@ from hpcjobs.jobs.chain import Chain, chain_file, read_chain
 from hpcjobs.runner import LocalRunner
 from hpcjobs.runtime.checkpoint import CheckpointDir
 from hpcjobs.runtime.supervisor.names import progress_dir
+from hpcjobs.sandbox.cluster import OTHER_USER
 from tests.live.waiting import wait_for
 
 BIN = Path(sys.executable).absolute().parent
@@ -90,6 +91,38 @@ class Cluster:
         job_id = out.strip().split(";")[0]
         self.jobs.append(job_id)
         return job_id
+
+    def fill_as_other_user(self, nodes: list[str], gpus: int) -> list[str]:
+        """Make the cluster busy: on each of ``nodes``, a job of the sandbox's second user
+        that holds ``gpus`` GPUs (not requeued: a node failure ends it). Their ids, once they
+        run; cancel them with :meth:`cancel`."""
+        ids = []
+        for node in nodes:
+            proc = subprocess.run(
+                ["sbatch", "--parsable", "-N", "1", "-w", node, f"--gres=gpu:{gpus}",
+                 "--no-requeue", "-t", "10", "-J", "busy", "-o", "/dev/null",
+                 "--wrap", "sleep 600"],
+                user=OTHER_USER,
+                cwd="/",
+                env={**os.environ, **self.env},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+            ids.append(proc.stdout.strip().split(";")[0])
+        self.jobs.extend(ids)
+        for job_id in ids:
+            wait_for(
+                f"job {job_id} to run", lambda j=job_id: self.state(j).startswith("RUNNING"), 60
+            )
+        return ids
+
+    def cancel(self, *job_ids: str) -> None:
+        """Cancel ``job_ids`` and wait until they have left the queue."""
+        self.slurm("scancel", *job_ids, check=False)
+        for job_id in job_ids:
+            wait_for(f"job {job_id} to leave the queue", partial(self.gone, job_id), 60)
 
     def _no_preemptor(self) -> bool:
         return not self.slurm("squeue", "-h", "-n", "preemptor", "-o", "%i").strip()

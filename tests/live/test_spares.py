@@ -41,6 +41,12 @@ WITH_A_SPARE = ("-N", "2", "--spare-nodes", "1", "--gpus-per-node", "1", "-t", "
 
 #: Sanity bound on "running again after the fault" inside the job (no queue is involved).
 SANITY_S = 30
+#: A busy cluster: the sandbox's second user holds the other 3 of each node's 4 GPUs (its
+#: nodes are shared), so no other job of the chain could start.
+BUSY_GPUS = 3
+#: How long a grower is seen to wait on the busy cluster (a scheduling pass after the node's
+#: return: Slurm schedules on the event).
+BUSY_WAIT_S = 6
 
 
 def job_nodes(cluster: Cluster, job_id: str) -> list[str]:
@@ -86,17 +92,26 @@ def in_job(job: Job, chain: Chain) -> tuple[Event, Event]:
 
 
 def test_a_lost_node_is_replaced_by_the_spare_inside_the_job(cluster: Cluster) -> None:
+    """On a busy cluster: the other user's jobs hold every GPU the chain does not."""
     job = cluster.submit("spare-node-down", *WITH_A_SPARE, steps=150)
     job.progress_at_least(20)
     first = run_nodes(cluster, events(job.chain, "start")[0])
     allocated = job_nodes(cluster, job.root)
     (spare,) = [n for n in allocated if n not in first]
     victim = first[1]  # not the batch host: rank 1's node
-    with node_down(cluster, victim) as down_at:
-        stop, start = resumed(job)
-        nodes = run_nodes(cluster, start)
-        left = job_nodes(cluster, job.root)
-    chain = job.ended()
+    busy = dict(zip(allocated, cluster.fill_as_other_user(allocated, BUSY_GPUS), strict=True))
+    try:
+        with node_down(cluster, victim) as down_at:
+            stop, start = resumed(job)
+            nodes = run_nodes(cluster, start)
+            left = job_nodes(cluster, job.root)
+        chain = job.ended()
+        # The other user's jobs on the nodes that did not fail ran on, untouched.
+        for node, other in busy.items():
+            if node != victim:
+                assert cluster.state(other).startswith("RUNNING"), (node, cluster.state(other))
+    finally:
+        cluster.cancel(*busy.values())
 
     requeue, second = in_job(job, chain)
     assert (stop.cause, stop.suspect, stop.excluded) == ("node_failure", victim, [])
@@ -156,30 +171,40 @@ def test_an_elastic_job_runs_on_the_nodes_left(cluster: Cluster) -> None:
 
 
 def test_an_elastic_job_grows_back_when_its_nodes_return(cluster: Cluster) -> None:
-    """-N 2-3: a node lost, the chain runs on two and keeps a grower waiting for three; the node
-    comes back, Slurm starts the grower beside the job (the sandbox's nodes are shared: each
-    job takes one of a node's four GPUs), the run checkpoints and hands over, and the chain
-    goes on on three nodes, from that checkpoint."""
+    """-N 2-3 on a busy cluster: a node lost, the chain runs on two and keeps a grower waiting
+    for three. The node comes back, but the other user's jobs hold the rest of the GPUs of the
+    chain's two nodes: the grower waits. Once they end, Slurm starts the grower beside the job
+    (the sandbox's nodes are shared: each job takes one of a node's four GPUs), the run
+    checkpoints and hands over, and the chain goes on on three nodes, from that checkpoint."""
     job = cluster.submit(
-        "elastic-grow", "-N", "2-3", "--gpus-per-node", "1", "-t", "5:00", steps=400
+        "elastic-grow", "-N", "2-3", "--gpus-per-node", "1", "-t", "5:00", steps=1000
     )
     job.progress_at_least(20)
     first = run_nodes(cluster, events(job.chain, "start")[0])
     assert len(first) == 3, job.chain_file.read_text()
-    with node_down(cluster, first[1]):
-        _stop, shrunk = resumed(job)
-        assert len(run_nodes(cluster, shrunk)) == 2
-        try:
-            (grower,) = wait_for(
-                f"the grower of job {job.root}",
-                lambda: [e.text("grower") for e in events(job.chain, "grower")] or None,
-                30,
-            )
-        except BaseException:
-            print(f"event log:\n{job.chain_file.read_text()}\nlog:\n{job.log[-3000:]}")
-            raise
+    busy = dict(zip(first, cluster.fill_as_other_user(first, BUSY_GPUS), strict=True))
+    try:
+        with node_down(cluster, first[1]):
+            _stop, shrunk = resumed(job)
+            assert len(run_nodes(cluster, shrunk)) == 2
+            try:
+                (grower,) = wait_for(
+                    f"the grower of job {job.root}",
+                    lambda: [e.text("grower") for e in events(job.chain, "grower")] or None,
+                    30,
+                )
+            except BaseException:
+                print(f"event log:\n{job.chain_file.read_text()}\nlog:\n{job.log[-3000:]}")
+                raise
+        # The node is back, but not the GPUs on the others: the grower waits.
+        print(f"node back {time.time() - shrunk.time:.1f} s after the shrink")
+        time.sleep(BUSY_WAIT_S)
         assert cluster.state(grower).startswith("PENDING"), job.chain_file.read_text()
-    back_at = time.time()  # node_down returns once the node is up again
+        assert not events(job.chain, "handoff")
+        freed_at = time.time()
+        cluster.cancel(busy[first[0]], busy[first[2]])
+    finally:
+        cluster.cancel(*busy.values())
 
     def grown() -> Event | None:
         starts = [e for e in events(job.chain, "start") if e.job_id == grower]
@@ -190,8 +215,8 @@ def test_an_elastic_job_grows_back_when_its_nodes_return(cluster: Cluster) -> No
     (handoff,) = events(chain, "handoff")
     assert (handoff.cause, handoff.text("next"), handoff.job_id) == ("grow", grower, job.root)
     nodes = run_nodes(cluster, start)
-    took = start.time - back_at
-    print(f"running on {len(nodes)} nodes again {took:.2f} s after the node came back")
+    took = start.time - freed_at
+    print(f"running on {len(nodes)} nodes again {took:.2f} s after the GPUs were free")
     assert len(nodes) == 3 and took <= 90, job.chain_file.read_text()
     # From the checkpoint the run wrote when it made way.
     assert start.number("checkpoint") == handoff.number("checkpoint") >= 0

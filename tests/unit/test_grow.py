@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -104,6 +104,12 @@ def _events(tmp_path: Path, kind: str) -> list[Event]:
     return [e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == kind]
 
 
+def _wait(what: Callable[[], object], timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while not what() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_a_run_below_its_full_size_makes_way_for_its_grower(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -125,37 +131,59 @@ def test_a_run_below_its_full_size_makes_way_for_its_grower(
     # Pending: the run goes on.
     time.sleep(0.1)
     assert child.signals == [] and not sup.grow_watch.started.is_set()  # type: ignore[union-attr]
-    # The grower holds 3 nodes and says so: the run is told to checkpoint and exit.
+    # The grower holds 3 nodes and says so: the run claims the move, and is told to
+    # checkpoint and exit.
+    slurm.jobs[grower] = {"JobState": "RUNNING"}
     (tmp_path / "run" / names.grow_ready(grower)).mkdir()
-    deadline = time.monotonic() + 5
-    while not child.signals and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert child.signals == [signal.SIGUSR2]
+    _wait(lambda: child.signals)
+    assert child.signals == [signal.SIGUSR2] and sup.signal_seen == "warning"
+    assert (tmp_path / "run" / f".takeover-{grower}").is_dir()
     sup.grow_watch.close()  # type: ignore[union-attr]
-    assert sup.hand_over_to_grower() == 0
+    assert sup.hand_over_to_grower() == "handed"
     (handoff,) = _events(tmp_path, "handoff")
     assert (handoff.cause, handoff.text("next")) == ("grow", grower)
     assert sup.grower == "" and sup.chain.continued_as(grower)
 
 
-def test_a_run_that_ends_otherwise_cancels_its_grower(tmp_path: Path) -> None:
+def test_a_grower_gone_after_the_move_was_claimed_leaves_the_chain_in_the_job(
+    tmp_path: Path,
+) -> None:
     slurm = GrowSlurm()
     sup = _shrunk(tmp_path, slurm)
     sup.grow_submit()
     grower = sup.grower
-    sup.grower_cancel()
-    assert f"cancel {grower}" in slurm.calls and sup.grower == ""
+    slurm.jobs[grower] = {"JobState": "CANCELLED"}
+    assert sup.hand_over_to_grower() == "again"
+    (requeue,) = [e for e in _events(tmp_path, "requeue") if e.cause == "grow"]
+    assert requeue.text("how") == "in_job" and sup.step == ["n1", "n3"]
+    assert not _events(tmp_path, "handoff") and sup.grower == ""
 
 
-def test_no_grower_at_full_size_nor_near_the_time_limit(tmp_path: Path) -> None:
+def test_a_grower_that_gave_up_or_left_the_queue_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(grow, "POLL_S", 0.01)
+    monkeypatch.setattr(grow, "CHECK_EVERY", 1)
     slurm = GrowSlurm()
     sup = _shrunk(tmp_path, slurm)
-    slurm.time_left = "2:00"  # a move would not pay off
+    child = Child()
+    sup.child = child  # type: ignore[assignment]
     sup.grow_submit()
-    sup.step = ["n1", "n2", "n3"]
-    slurm.time_left = "1:00:00"
-    sup.grow_submit()
-    assert slurm.submitted == [] and sup.grower == ""
+    first = sup.grower
+    slurm.jobs[first] = {"JobState": "PENDING"}
+    # It gave up (claimed the move) just as it said it was ready: the run goes on.
+    (tmp_path / "run" / f".takeover-{first}").mkdir()
+    (tmp_path / "run" / names.grow_ready(first)).mkdir()
+    _wait(lambda: sup.grower not in ("", first))
+    second = sup.grower
+    assert second not in ("", first) and child.signals == []
+    # The next one is cancelled while it waits in the queue: a third.
+    slurm.jobs[second] = {"JobState": "CANCELLED"}
+    _wait(lambda: sup.grower not in ("", second))
+    assert len(slurm.submitted) == 3 and child.signals == []
+    with sup.grow_lock:
+        sup.finishing = True  # a run that ends gets no new grower
+    sup.grow_watch.close()  # type: ignore[union-attr]
 
 
 # ---- the grower ---------------------------------------------------------------------------
@@ -210,7 +238,20 @@ def test_a_grower_whose_run_ended_otherwise_does_not_run(tmp_path: Path) -> None
     slurm.jobs["300"] = {"JobState": "TIMEOUT"}
     with pytest.raises(Stop):
         sup.after_grower_start()
-    # It claimed the handoff: the run it grew can no longer hand over to it.
-    run = spare_supervisor(tmp_path, slurm, spare=0)
-    run.grower = "310"
-    assert run.hand_over_to_grower() is None and not run.chain.continued_as("310")
+    # It claimed the move: the run it grew can no longer make way for it.
+    assert (tmp_path / "run" / ".takeover-310").is_dir()
+
+
+def test_a_grower_slurm_requeued_before_it_took_over_does_not_run(tmp_path: Path) -> None:
+    slurm = GrowSlurm()
+    sup = _grower(tmp_path, slurm, "n[4-6]")
+    sup.restart = 1
+    with pytest.raises(Stop):
+        sup.after_grower_start()
+
+
+def test_a_grower_that_fails_before_it_took_over_does_not_end_the_chain(tmp_path: Path) -> None:
+    slurm = GrowSlurm()
+    sup = _grower(tmp_path, slurm, "n[4-6]")
+    assert sup.crashed(RuntimeError("boom")) == 1
+    assert sup.chain.final is None

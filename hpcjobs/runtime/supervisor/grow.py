@@ -4,11 +4,13 @@ the chain that asks for more nodes than the run has (docs/requeue.md, "Growing b
 Slurm cannot add nodes to a running job that holds GPUs (job expansion refuses a job with
 allocated GRES, measured on 22.05), so the chain grows by moving: when Slurm starts the grower
 and it holds more usable nodes than the run, it says so (a marker in the output folder,
-:func:`.names.grow_ready`); the run gets the warning signal (the program checkpoints and exits,
-as before a time limit), hands over, and the grower runs from that checkpoint.
+:func:`.names.grow_ready`); the run claims the move (one atomic mkdir, which a grower that gives
+up claims instead), gets the warning signal (the program checkpoints and exits, as before a
+time limit), hands over, and the grower runs from that checkpoint.
 
 :class:`GrowWatch` looks for the marker once every :data:`POLL_S` seconds (one stat on the
-shared file system; nothing asks Slurm), from a thread, while the run goes on.
+shared file system), and once a minute asks Slurm whether the grower is still there, from a
+thread, while the run goes on.
 """
 
 from __future__ import annotations
@@ -20,18 +22,29 @@ import threading
 import time
 from collections.abc import Callable
 
-#: How often a run below its full size asks whether its grower has started.
+#: How often a run below its full size looks for its grower's marker.
 POLL_S = 5.0
+#: Every this many looks, the watch also asks Slurm whether the grower is still there (one
+#: squeue of one job a minute): a grower that ended without taking over is replaced.
+CHECK_EVERY = 12
+#: Slurm states of a grower that may still take over.
+WAITING = ("PENDING", "CONFIGURING", "RUNNING")
 
 
 class GrowWatch:
-    """Watches the grower of one run (``child``): once it is ready, the run is signalled to
-    checkpoint and exit, and its steps are killed ``grace`` seconds later."""
+    """Watches the grower of one run (``child``). Once the grower is ready and this run
+    claims the move (``claim``: false when the grower gave up first), the run is warned
+    (``warn``), signalled to checkpoint and exit, and its steps are killed ``grace`` seconds
+    later. A grower that left the queue without taking over is replaced (``replace``)."""
 
     def __init__(
         self,
         grower: str,
         ready: Callable[[], bool],
+        claim: Callable[[], bool],
+        state: Callable[[], str],
+        warn: Callable[[], None],
+        replace: Callable[[], None],
         grace: int,
         warning: str,
         child: subprocess.Popen[bytes],
@@ -41,13 +54,17 @@ class GrowWatch:
     ) -> None:
         self.grower = grower
         self.ready = ready
+        self.claim = claim
+        self.state = state
+        self.warn = warn
+        self.replace = replace
         self.grace = grace
         self.warning = warning
         self.child = child
         self.log = log
         self.kill_steps = kill_steps
         self.every = POLL_S if every is None else every
-        #: Set once the grower is ready and this run was told to make way for it.
+        #: Set once this run claimed the move and was told to make way for the grower.
         self.started = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="grow-watch", daemon=True)
@@ -57,16 +74,30 @@ class GrowWatch:
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=30)
 
     def _run(self) -> None:
+        looks = unknown = 0
         while not self._stop.wait(self.every):
             if self.child.poll() is not None:
                 return
             if self.ready():
+                if not self.claim():  # the grower gave up first
+                    self.replace()
+                    return
                 self.started.set()
+                self.warn()
                 self._make_way()
+                return
+            looks += 1
+            if looks % CHECK_EVERY:
+                continue
+            state = self.state()
+            unknown = 0 if state else unknown + 1
+            # Gone: an end state, or not in the queue twice in a row (once may be a failed ask).
+            if (state and state not in WAITING) or unknown >= 2:
+                self.replace()
                 return
 
     def _make_way(self) -> None:

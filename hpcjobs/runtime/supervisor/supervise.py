@@ -180,6 +180,9 @@ class Supervisor:
         self.standby = ""
         self.grower = ""  #: this run's grower (an elastic job below its full size)
         self.grow_watch: GrowWatch | None = None
+        #: The grow watch may replace the grower from its thread until the run is finishing.
+        self.grow_lock = threading.Lock()
+        self.finishing = False
         self.requeue_off = False
         self.claimed = ""
         self.signal_seen = ""
@@ -282,6 +285,8 @@ class Supervisor:
         run after this job (its standby would blame this batch host), stop the step."""
         what = f"supervisor error: {type(exc).__name__}: {exc}"
         self.log(what)
+        if self.grow_for and not self.chain.continued_as(self.self_id):
+            return 1  # a grower that never took over: the chain goes on without it
         self.event("end", "fail", what)
         for action in (self.standby_cancel, self.grower_cancel, self.stop_agents):
             with contextlib.suppress(Exception):
@@ -399,6 +404,8 @@ class Supervisor:
         self.check_checkpoint_dir()
         if self.standby_for and self.restart == 0 and not self.is_done():
             self.after_standby_release()
+        if self.grow_for and not self.chain.continued_as(self.self_id):
+            self.after_grower_start()  # a grower: only once the run it grows hands over
         if self.restart > 0 and not self.is_done():
             self.after_slurm_requeue()
         # Runs before this one: starts in the log, or Slurm's own count if that is higher.
@@ -413,8 +420,6 @@ class Supervisor:
             failed = self.preflight()
             if not self.take_nodes(failed) and failed:
                 self.too_few_healthy(failed)
-        if self.grow_for and self.restart == 0:
-            self.after_grower_start()
         self.handoff_if_excluded()
         self.faults_begin()
         self.start_agents()  # from here on every run ends in finish(), which stops them
@@ -972,6 +977,9 @@ class Supervisor:
             return
         if self.grower or self.task or not self.policy.standby:
             return
+        older = self.chain.grower_for(self.self_id)
+        if older:  # a run of this job before Slurm requeued it left one
+            self.slurm.cancel(older)
         left = decide.seconds((self.slurm.queue_value(self.job, "%L") or [""])[0])
         if left is not None and left <= self.policy.lead + decide.TIMEOUT_MARGIN_S:
             return
@@ -1024,10 +1032,19 @@ class Supervisor:
         """Watch this run's grower while the run goes on (:class:`.grow.GrowWatch`)."""
         if not self.grower or self.child is None:
             return
-        marker = os.path.join(self.run_dir, names.grow_ready(self.grower))
+        grower = self.grower
+        marker = os.path.join(self.run_dir, names.grow_ready(grower))
+
+        def warn() -> None:
+            self.signal_seen = "warning"  # the run ends on the warning signal, not by itself
+
         self.grow_watch = GrowWatch(
-            self.grower,
+            grower,
             lambda: os.path.isdir(marker),
+            lambda: self.claim_takeover(grower),
+            lambda: self.queue_state(grower),
+            warn,
+            self.grower_replace,
             self.policy.lead,
             self.policy.signal,
             self.child,
@@ -1036,23 +1053,47 @@ class Supervisor:
         )
         self.grow_watch.start()
 
+    def grower_replace(self) -> None:
+        """The grower ended without taking over (its run would have been no larger, it gave
+        up, someone cancelled it): another one, while the run goes on."""
+        with self.grow_lock:
+            if self.finishing:
+                return
+            self.log(f"the grower job {self.grower} ended without taking over")
+            self.grower = ""
+            self.grow_submit()
+
     def grower_cancel(self) -> None:
         """The chain does not go on in this run's grower: it goes."""
         if self.grower and not self.slurm.cancel(self.grower):
             self.log(f"could not cancel the grower job {self.grower}")
         self.grower = ""
 
-    def hand_over_to_grower(self) -> int | None:
-        """The grower runs and this run made way for it: log the handoff (the grower waits for
-        it) and end. None when the grower gave up waiting meanwhile (:meth:`after_grower_start`):
-        the run's end is decided as any other."""
+    def hand_over_to_grower(self) -> str:
+        """This run claimed the move to its grower and made way for it: "handed" once the
+        handoff is logged (the grower waits for it); "again" when the grower is gone meanwhile
+        and the chain runs again inside this job; "decide" when this job is being cancelled or
+        requeued by Slurm: its end is decided as any other."""
         grower = self.grower
-        if not self.claim_takeover(grower):
-            self.log(f"the grower job {grower} no longer waits for this run")
+        info = self.slurm.show_job(self.job)
+        restarts = field(info, "Restarts")
+        if self.being_cancelled() or (restarts.isdecimal() and int(restarts) > self.restart):
+            return "decide"
+        if self.queue_state(grower) != "RUNNING":
+            self.log(f"the grower job {grower} is gone; running again in this job")
             self.grower = ""
-            return None
-        self.standby_cancel()  # the grower submits its own
-        self.no_slurm_requeue()
+            self.stop_agents()
+            if not self.take_nodes():
+                return "decide"
+            self.event(
+                "requeue",
+                GROW,
+                f"continued in job {self.self_id} on {','.join(self.step)} (grower {grower} gone)",
+                how=IN_JOB,
+                stopped_run=self.restart,
+                **self.position(),
+            )
+            return "again"
         self.event(
             "handoff",
             GROW,
@@ -1063,16 +1104,25 @@ class Supervisor:
         )
         self.log(f"continuing as job {grower}, on more nodes, from the last checkpoint")
         self.grower = ""
-        return 0
+        self.standby_cancel()  # the grower submits its own
+        self.no_slurm_requeue()
+        return "handed"
 
     def after_grower_start(self) -> None:
         """This job is a grower and Slurm runs it: when its run is larger than the one it grows,
         say so and wait until that run hands over (it checkpoints first). Raises :class:`Stop`
-        when its run would be no larger (it goes; that run goes on), or when that run ended
-        otherwise (the chain went on elsewhere, or is over) or did not hand over in time."""
+        when its run would be no larger (it goes; that run goes on), when Slurm requeued it
+        before it took over, or when that run ended otherwise (the chain went on elsewhere, or
+        is over) or did not claim the move in time. Logs nothing in the chain before the
+        handoff: until then the grower is not part of it."""
         pred = self.grow_for
+        if self.restart > 0 or self.is_done():
+            self.log(f"job {pred} did not hand over to this job; it does not run")
+            raise Stop(0)
         starts = [e for e in self.chain.events if e.event == "start" and e.job_id == pred]
         theirs = len(starts[-1].text("nodelist").split(",")) if starts else 0
+        if self.policy.in_job:
+            self.take_nodes()  # the nodes it could run on (the pre-flight check comes after)
         if len(self.step) <= theirs:
             self.log(
                 f"this job can run on {len(self.step)} nodes, job {pred} runs on {theirs}; "
@@ -1083,22 +1133,23 @@ class Supervisor:
         with contextlib.suppress(OSError):
             _private_mkdir(marker)
         deadline = self.clock() + self.policy.lead + GROW_WAIT_MARGIN_S
-        look = 0.0
+        look, alive, unknown = 0.0, True, 0
         self.log(f"job {pred} runs on {theirs} nodes; waiting for it to hand over")
         try:
             while not self.chain.continued_as(self.self_id):
                 now = self.clock()
-                gone = False
                 if now >= look:
                     look = now + 2
-                    gone = self.queue_state(pred) not in ("RUNNING", "COMPLETING")
-                # Claimed first: that run can no longer hand over to this job (it claims
-                # before it logs the handoff). A claim that fails means the handoff is being
-                # logged.
-                giving_up = gone or now >= deadline or bool(self.signal_seen)
-                if (giving_up and self.claim_takeover(self.self_id)) or (
-                    now >= deadline + GROW_WAIT_MARGIN_S
-                ):
+                    state = self.queue_state(pred)
+                    unknown = 0 if state else unknown + 1
+                    # Not in the queue twice in a row: gone (once may be a failed ask).
+                    alive = state in ("RUNNING", "COMPLETING") or (not state and unknown < 2)
+                giving_up = not alive or now >= deadline or bool(self.signal_seen)
+                # Claimed here: that run can no longer move. Claimed there: that run is making
+                # way, and hands over unless it ends otherwise.
+                if giving_up and (self.claim_takeover(self.self_id) or not alive):
+                    if self.chain.continued_as(self.self_id):
+                        break
                     self.log(f"job {pred} did not hand over to this job; it does not run")
                     raise Stop(0)
                 self.sleep(0.25)
@@ -1194,6 +1245,8 @@ class Supervisor:
         """The next run, inside this job, on the nodes :meth:`take_nodes` chose."""
         self.signal_seen, self.signal_logged = "", False
         self.agents_asking, self.agents_asked = None, False
+        with self.grow_lock:
+            self.finishing = False
         self.faults_begin()
         self.start_agents()
         count = max(self.chain.count("start"), self.restart)
@@ -1529,14 +1582,19 @@ class Supervisor:
         the chain runs again inside this job (:meth:`relaunch`)."""
         if self.watch is not None:
             self.watch.close()
+        with self.grow_lock:
+            self.finishing = True
         if self.grow_watch is not None:
             self.grow_watch.close()
         self.ask_agents()
         try:
             growing = self.grow_watch is not None and self.grow_watch.started.is_set()
-            code = self.hand_over_to_grower() if growing and not self.is_done() else None
-            if code is None:
-                code = self.decide_and_act(rc)
+            outcome = self.hand_over_to_grower() if growing and not self.is_done() else "decide"
+            if outcome == "handed":
+                return 0
+            if outcome == "again":
+                return None
+            code = self.decide_and_act(rc)
             if code is not None:
                 self.grower_cancel()  # the chain ends, or goes on in another job
             return code
