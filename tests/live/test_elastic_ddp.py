@@ -1,7 +1,9 @@
 """The DDP example (examples/ddp_train.py) in an elastic job on the sandbox: ``-N 2-3``, one
-rank per node; a node that is not the batch host goes DOWN, and the run goes on inside the job
-on the two nodes left, from its newest checkpoint. A step is 6 micro-batches whatever the world
-size (gradient accumulation), so the loss curve is that of an uninterrupted single-process run.
+rank per node. A node that is not the batch host goes DOWN: the run goes on inside the job on
+the two nodes left, from its newest checkpoint. The node comes back: the chain's grower takes
+over on three nodes. A preemption: the chain goes on in its standby. A step is 6 micro-batches
+whatever the world size (gradient accumulation), so the loss curve is that of an uninterrupted
+single-process run.
 
 The tolerance, 1e-5 relative per step: the ranks add the same numbers in another order, which
 changes float32 sums in their last bits (float32 resolves 1.2e-7); measured over 200 steps at
@@ -19,10 +21,11 @@ import pytest
 
 from tests.live.cluster import HPCJOBS, PYTHON, Cluster, Job
 from tests.live.test_faults import events, node_down, resumed, run_nodes
-from tests.live.test_spares import in_job, job_nodes
+from tests.live.test_spares import job_nodes
+from tests.live.waiting import wait_for
 
 TRAIN = str(Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py")
-STEPS = 120
+STEPS = 200
 TOLERANCE = 1e-5
 
 
@@ -42,14 +45,16 @@ def curve(path: Path) -> dict[int, float]:
     return losses
 
 
-def test_the_ddp_example_shrinks_and_keeps_its_loss_curve(cluster: Cluster) -> None:
+def test_the_ddp_example_shrinks_grows_is_preempted_and_keeps_its_loss_curve(
+    cluster: Cluster,
+) -> None:
     out = cluster.folder / "elastic-ddp"
     out.mkdir(mode=0o755)
     reference = cluster.folder / "reference-loss.txt"
     env = {**os.environ, **cluster.env, "OMP_NUM_THREADS": "1"}
     submit = subprocess.run(
         [HPCJOBS, "--site", "sandbox", "submit", "-J", "elastic-ddp", "-N", "2-3",
-         "--gpus-per-node", "1", "-t", "5:00", "--output-dir", str(out), "--",
+         "--gpus-per-node", "1", "-t", "10:00", "--output-dir", str(out), "--",
          PYTHON, *train_args(out / "loss.txt", 0.1)],
         env=env, cwd=out, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -67,14 +72,31 @@ def test_the_ddp_example_shrinks_and_keeps_its_loss_curve(cluster: Cluster) -> N
     job.progress_at_least(30, timeout=120)
     first = run_nodes(cluster, events(job.chain, "start")[0])
     assert len(first) == 3, job.chain_file.read_text()
+    # Shrunk: on the two nodes left, inside the job.
     with node_down(cluster, first[1]):
         _stop, start = resumed(job, timeout=90)
         nodes = run_nodes(cluster, start)
         left = job_nodes(cluster, job.root)
-    chain = job.ended(timeout=240)
-    in_job(job, chain)
     assert nodes == [first[0], first[2]] and left == nodes
+    # Grown: the node is back, the grower takes over on three.
+    grown = wait_for(
+        "the grower's run",
+        lambda: next((e for e in events(job.chain, "start") if e.job_id != job.root), None),
+        120,
+    )
+    assert len(run_nodes(cluster, grown)) == 3, job.chain_file.read_text()
+    reached = job.progress_at_least((grown.number("checkpoint") or 0) + 15, timeout=120)
+    # Preempted: the chain goes on in the grower's standby.
+    cluster.preempt()
+    chain = job.ended(timeout=300)
     assert chain.final is not None and chain.final.cause == "finish", job.chain_file.read_text()
+    (handoff,) = events(chain, "handoff")
+    requeues = [(e.cause, e.text("how")) for e in events(chain, "requeue")]
+    assert handoff.cause == "grow" and requeues == [
+        ("node_failure", "in_job"),
+        ("preemption", "continued"),
+    ], job.chain_file.read_text()
+    assert len(chain.job_ids) == 3 and reached < STEPS
     log = (out / f"slurm-{job.root}.out").read_text(errors="replace")
     assert "on 3 ranks" in log and "3 on rank 0" in log, log[-3000:]
 
@@ -83,6 +105,7 @@ def test_the_ddp_example_shrinks_and_keeps_its_loss_curve(cluster: Cluster) -> N
     got, want = curve(out / "loss.txt"), curve(reference)
     assert sorted(got) == list(range(STEPS)) == sorted(want)
     worst = max(abs(got[s] - want[s]) / abs(want[s]) for s in want)
-    print(f"loss curve after the shrink: at most {worst:.1e} from the uninterrupted run's")
+    print(f"loss curve after a shrink, a growth and a preemption: at most {worst:.1e} from the")
+    print("uninterrupted run's")
     assert worst <= TOLERANCE, worst
     assert got[STEPS - 1] == pytest.approx(want[STEPS - 1], rel=TOLERANCE)
