@@ -106,6 +106,13 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "inside the job, running again within seconds, no queue (default: the "
             "partition's spare_nodes, 0).",
         ),
+        click.option(
+            "--node-multiple",
+            type=click.IntRange(1, 2**31 - 1),
+            metavar="K",
+            help="With -N MIN-MAX: a run takes a multiple of K nodes (a layout that needs whole "
+            "groups of nodes); MIN and MAX must be multiples of K.",
+        ),
         click.option("--output-dir", help="Folder for logs and records (default: the site's)."),
         click.option("-D", "--chdir", help="Working directory of the job."),
         click.option("--template", help="Main template name (default: job)."),
@@ -336,6 +343,7 @@ def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
         "gpu_monitor": flags.get("gpu_monitor"),
         "stall_timeout": flags.get("stall_timeout"),
         "spare_nodes": flags.get("spare_nodes"),
+        "node_multiple": flags.get("node_multiple"),
         "torchrun": flags.get("torchrun_path"),
         "command": list(flags.get("command") or ()) or None,
     }

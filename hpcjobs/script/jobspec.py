@@ -229,6 +229,9 @@ class JobSpec(_Model):
     min_nodes: Annotated[int, _count(1)] | None = None
     #: Nodes held beyond ``nodes`` to replace a failed one inside the job (None: the site's).
     spare_nodes: Annotated[int, _count(0)] | None = None
+    #: Elastic size: a run takes a multiple of this many nodes (a layout that needs whole
+    #: groups of nodes); ``min_nodes`` and ``nodes`` must be multiples of it (None: any count).
+    node_multiple: Annotated[int, _count(1)] | None = None
     gpus_per_node: Annotated[int, _count(0)] | None = None
     ntasks_per_node: Annotated[int, _count(1)] | None = None
     cpus_per_task: Annotated[int, _count(1)] | None = None
@@ -458,6 +461,7 @@ def resolve_spec(
             "partition": part.name,
             "spare_nodes": spare,
             "min_nodes": spec.min_nodes if spec.min_nodes != spec.nodes else None,
+            "node_multiple": spec.node_multiple if (spec.node_multiple or 1) > 1 else None,
             "gpus_per_node": gpus,
             "ntasks_per_node": ntasks,
             "cpus_per_task": cpus,
@@ -497,6 +501,14 @@ def _check_nodes(spec: JobSpec, part: Partition, launcher: str) -> int:
             f"min_nodes {spec.min_nodes} is above nodes {spec.nodes}",
             hint="nodes is the most nodes a run takes and min_nodes the fewest: set nodes to "
             f"{spec.min_nodes} or more, or lower min_nodes (on the command line: -N MIN-MAX)",
+        )
+    multiple = spec.node_multiple or 1
+    sizes = [spec.nodes] if spec.min_nodes is None else [spec.min_nodes, spec.nodes]
+    if multiple > 1 and any(size % multiple for size in sizes):
+        raise BadInputError(
+            f"node_multiple {multiple}: the node count {'-'.join(map(str, sizes))} is not made "
+            "of multiples of it",
+            hint=f"ask for multiples of {multiple} nodes (-N {multiple}-{multiple * 2}, say)",
         )
     if spec.elastic and launcher == "none":
         raise BadInputError(

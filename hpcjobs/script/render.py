@@ -333,6 +333,7 @@ def _policy(job: JobSpec, site: SiteConfig, signals: list[str], continuation: li
         nodes=job.nodes,
         spare_nodes=job.spare_nodes or 0,
         min_nodes=job.min_nodes or 0,
+        node_multiple=job.node_multiple or 1,
     )
     return dump(policy)
 

@@ -12,10 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 from hpcjobs.cli import cli
+from hpcjobs.config.loader import load_site
 from hpcjobs.errors import BadInputError
 from hpcjobs.runtime.supervisor import decide
 from hpcjobs.runtime.supervisor.policy import Policy, dump, parse
 from hpcjobs.runtime.supervisor.supervise import Supervisor
+from hpcjobs.script.jobspec import JobSpec
+from hpcjobs.script.render import render_job
 from tests.eventlines import events_in
 from tests.unit.test_spares import JobSlurm, _sandbox_render
 from tests.unit.test_spares import _supervisor as spare_supervisor
@@ -194,3 +197,45 @@ def test_nodes_flag_takes_a_count_or_a_range(tmp_path: Path, value: str, ok: str
     else:
         assert result.exit_code == 2 and "Traceback" not in result.output
         assert "-N" in result.output or "--nodes" in result.output
+
+
+# ---- node counts in multiples -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("usable", "size"), [(8, 8), (7, 6), (6, 6), (5, 4), (4, 4), (3, 0)])
+def test_a_run_takes_a_multiple_of_the_node_multiple(usable: int, size: int) -> None:
+    """-N 4-8 --node-multiple 2: 7 usable nodes run 6; 3 are too few."""
+    assert decide.run_size(usable, 8, 4, 2) == size
+
+
+def test_a_grower_asks_for_the_next_multiple() -> None:
+    assert decide.grower_size(4, 8, 0, 2) == (6, 8)
+    assert decide.grower_size(6, 8, 1, 2) == (8, 9)
+
+
+def _dgx_render(**fields: Any) -> Any:
+    spec = JobSpec(command=["python3", "train.py"], output_dir="/o", **fields)
+    return render_job(spec, load_site("dgx-h100-ib"))
+
+
+def test_the_node_multiple_goes_to_the_supervisor() -> None:
+    rendered = _dgx_render(nodes=4, min_nodes=2, node_multiple=2)
+    assert "--nodes=2-4" in rendered.sbatch_args
+    assert '"node_multiple":2' in rendered.script
+
+
+@pytest.mark.parametrize(("nodes", "min_nodes"), [(3, 2), (4, 1), (3, None)])
+def test_node_counts_must_be_multiples_of_the_node_multiple(
+    nodes: int, min_nodes: int | None
+) -> None:
+    with pytest.raises(BadInputError) as caught:
+        _dgx_render(nodes=nodes, min_nodes=min_nodes, node_multiple=2)
+    assert "not made of multiples of it" in str(caught.value)
+    assert "multiples of 2 nodes" in (caught.value.hint or "")
+
+
+def test_node_multiple_flag(tmp_path: Path) -> None:
+    argv = ["--site", "sandbox", "render", "-N", "2-3", "--node-multiple", "2"]
+    result = CliRunner().invoke(cli, [*argv, "--output-dir", str(tmp_path), "--", "t"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "multiples of 2 nodes" in result.output

@@ -255,3 +255,34 @@ def test_a_grower_that_fails_before_it_took_over_does_not_end_the_chain(tmp_path
     sup = _grower(tmp_path, slurm, "n[4-6]")
     assert sup.crashed(RuntimeError("boom")) == 1
     assert sup.chain.final is None
+
+
+def test_a_run_being_cancelled_does_not_move(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(grow, "POLL_S", 0.01)
+    slurm = GrowSlurm()
+    sup = _shrunk(tmp_path, slurm)
+    child = Child()
+    sup.child = child  # type: ignore[assignment]
+    sup.grow_submit()
+    grower = sup.grower
+    sup.signal_seen = "term"  # scancel's SIGTERM reached the supervisor
+    (tmp_path / "run" / names.grow_ready(grower)).mkdir()
+    time.sleep(0.2)
+    assert child.signals == [] and not (tmp_path / "run" / f".takeover-{grower}").exists()
+    assert sup.grower == grower and len(slurm.submitted) == 1  # no replacement either
+    sup.grow_watch.close()  # type: ignore[union-attr]
+
+
+def test_a_grower_gone_with_too_little_time_left_continues_the_chain_elsewhere(
+    tmp_path: Path,
+) -> None:
+    slurm = GrowSlurm()
+    sup = _shrunk(tmp_path, slurm)
+    sup.grow_submit()
+    grower = sup.grower
+    slurm.time_left = "2:00"
+    assert sup.hand_over_to_grower() == "handed"
+    (requeue,) = [e for e in _events(tmp_path, "requeue") if e.cause == "grow"]
+    assert requeue.text("how") == "continued" and requeue.text("next") not in ("", grower)

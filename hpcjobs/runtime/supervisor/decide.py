@@ -166,21 +166,21 @@ def excluded_after(current: list[str], new: list[str], limit: int) -> tuple[list
 IN_JOB_CAUSES = frozenset({NODE_FAILURE, INFRASTRUCTURE, STALL})
 
 
-def run_size(usable: int, nodes: int, minimum: int) -> int:
+def run_size(usable: int, nodes: int, minimum: int, multiple: int = 1) -> int:
     """How many of ``usable`` nodes a run inside the job takes: ``nodes``; with an elastic size
-    (``minimum`` below ``nodes``) as many as are left, down to ``minimum``. 0: too few."""
+    (``minimum`` below ``nodes``) as many as are left, down to ``minimum``, in multiples of
+    ``multiple``. 0: too few."""
     if usable >= nodes:
         return nodes
-    if 0 < minimum <= usable:
-        return usable
-    return 0
+    size = usable - usable % max(multiple, 1)
+    return size if 0 < minimum <= size else 0
 
 
-def grower_size(run: int, full: int, spares: int) -> tuple[int, int]:
+def grower_size(run: int, full: int, spares: int, multiple: int = 1) -> tuple[int, int]:
     """The fewest and most nodes a grower asks Slurm for, for a run on ``run`` of ``full``
-    nodes in a job with ``spares`` spare nodes: any larger run, up to the full size with its
-    spares."""
-    return min(run + 1, full + spares), full + spares
+    nodes in a job with ``spares`` spare nodes: any larger run (the next multiple of
+    ``multiple``), up to the full size with its spares."""
+    return min(run + max(multiple, 1), full + spares), full + spares
 
 
 def sized_launch(argv: Sequence[str], full: int, nodes: int) -> list[str] | None:

@@ -83,11 +83,11 @@ class GrowWatch:
             if self.child.poll() is not None:
                 return
             if self.ready():
-                if not self.claim():  # the grower gave up first
-                    self.replace()
+                if not self.claim():  # the grower gave up first, or the run is being ended
+                    self._replace()
                     return
-                self.started.set()
                 self.warn()
+                self.started.set()
                 self._make_way()
                 return
             looks += 1
@@ -97,8 +97,13 @@ class GrowWatch:
             unknown = 0 if state else unknown + 1
             # Gone: an end state, or not in the queue twice in a row (once may be a failed ask).
             if (state and state not in WAITING) or unknown >= 2:
-                self.replace()
+                self._replace()
                 return
+
+    def _replace(self) -> None:
+        """Replace the grower from a thread of its own: the watch ends at once (the run's end
+        never waits for an sbatch)."""
+        threading.Thread(target=self.replace, name="grow-replace", daemon=True).start()
 
     def _make_way(self) -> None:
         warning = "SIG" + self.warning

@@ -45,6 +45,8 @@ class Policy:
     #: is below ``nodes`` asks Slurm for a range, and after a fault runs again inside the job on
     #: the nodes left while they are at least this many.
     min_nodes: int = 0
+    #: Elastic size: a run takes a multiple of this many nodes (1: any count).
+    node_multiple: int = 1
 
     @property
     def elastic(self) -> bool:

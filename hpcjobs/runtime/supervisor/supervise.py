@@ -285,6 +285,10 @@ class Supervisor:
         run after this job (its standby would blame this batch host), stop the step."""
         what = f"supervisor error: {type(exc).__name__}: {exc}"
         self.log(what)
+        with self.grow_lock:
+            self.finishing = True  # no new grower from the watch
+        if self.grow_watch is not None:
+            self.grow_watch.close()
         if self.grow_for and not self.chain.continued_as(self.self_id):
             return 1  # a grower that never took over: the chain goes on without it
         self.event("end", "fail", what)
@@ -401,11 +405,11 @@ class Supervisor:
         self.env["HPCJOBS_PROGRESS_DIR"] = local_dir(node_name(), self.env[ENV_NODE_TMP])
         with contextlib.suppress(OSError):
             _private_mkdir(self.progress_dir)
+        if self.grow_for and not self.chain.continued_as(self.self_id):
+            self.after_grower_start()  # a grower: only once the run it grows hands over
         self.check_checkpoint_dir()
         if self.standby_for and self.restart == 0 and not self.is_done():
             self.after_standby_release()
-        if self.grow_for and not self.chain.continued_as(self.self_id):
-            self.after_grower_start()  # a grower: only once the run it grows hands over
         if self.restart > 0 and not self.is_done():
             self.after_slurm_requeue()
         # Runs before this one: starts in the log, or Slurm's own count if that is higher.
@@ -859,14 +863,20 @@ class Supervisor:
         mkdir decides."""
         if self.claimed == standby:
             return True
+        if not self.claim(standby):
+            return False
+        self.claimed = standby
+        return True
+
+    def claim(self, job: str) -> bool:
+        """One atomic mkdir of ``.takeover-<job>``: whether this process made it."""
         old = os.umask(0o077)
         try:
-            os.mkdir(os.path.join(self.run_dir, f".takeover-{standby}"))
+            os.mkdir(os.path.join(self.run_dir, f".takeover-{job}"))
         except OSError:
             return False
         finally:
             os.umask(old)
-        self.claimed = standby
         return True
 
     def standby_retarget(self) -> str:
@@ -971,19 +981,22 @@ class Supervisor:
         """A run of an elastic job below its full size: give it a grower, a job of the chain
         that waits in the queue for more nodes than the run has and takes over once Slurm runs
         it (:mod:`.grow`). Not for array tasks, nor for a job submitted --no-requeue, nor with
-        too little time left for the move to pay off."""
-        run = len(self.step)
-        if not self.policy.elastic or not run or run >= self.policy.nodes:
-            return
+        too little time left for the move to pay off. May run in the grow watch's thread: a
+        grower submitted once the run is finishing is cancelled at once."""
         if self.grower or self.task or not self.policy.standby:
             return
         older = self.chain.grower_for(self.self_id)
-        if older:  # a run of this job before Slurm requeued it left one
+        if older:  # a run of this job before Slurm requeued it left one, or it is gone
             self.slurm.cancel(older)
+        run = len(self.step)
+        if not self.policy.elastic or not run or run >= self.policy.nodes:
+            return
         left = decide.seconds((self.slurm.queue_value(self.job, "%L") or [""])[0])
         if left is not None and left <= self.policy.lead + decide.TIMEOUT_MARGIN_S:
             return
-        low, high = decide.grower_size(run, self.policy.nodes, self.policy.spare_nodes)
+        low, high = decide.grower_size(
+            run, self.policy.nodes, self.policy.spare_nodes, self.policy.node_multiple
+        )
         size = f"{low}-{high}" if low < high else str(high)
         # The chain's exclusions, the newest kept, as far as the grower still fits the
         # partition (a node that failed may be the one that has to come back).
@@ -1017,12 +1030,13 @@ class Supervisor:
             size=size,
         )
         self.log(f"running on {run} of {self.policy.nodes} nodes; job {new} waits for {size}")
-        if self.being_cancelled():
-            if not self.slurm.cancel(new):
-                self.log(f"could not cancel the grower job {new}")
-            return
-        self.grower = new
-        self.watch_grower()
+        with self.grow_lock:
+            keep = not self.finishing and not self.signal_seen and not self.being_cancelled()
+            if keep:
+                self.grower = new
+                self.watch_grower()
+        if not keep and not self.slurm.cancel(new):
+            self.log(f"could not cancel the grower job {new}")
 
     def queue_state(self, job: str) -> str:
         """``job``'s state in squeue (PENDING, RUNNING, ...; "" when squeue has none)."""
@@ -1035,13 +1049,18 @@ class Supervisor:
         grower = self.grower
         marker = os.path.join(self.run_dir, names.grow_ready(grower))
 
+        def claim() -> bool:
+            # Not while the run is being ended (a cancel, a warning): it ends as it would.
+            return not self.signal_seen and self.claim(grower)
+
         def warn() -> None:
-            self.signal_seen = "warning"  # the run ends on the warning signal, not by itself
+            # The run ends on the warning signal, not by itself (a SIGTERM seen since stays).
+            self.signal_seen = self.signal_seen or "warning"
 
         self.grow_watch = GrowWatch(
             grower,
             lambda: os.path.isdir(marker),
-            lambda: self.claim_takeover(grower),
+            claim,
             lambda: self.queue_state(grower),
             warn,
             self.grower_replace,
@@ -1055,13 +1074,14 @@ class Supervisor:
 
     def grower_replace(self) -> None:
         """The grower ended without taking over (its run would have been no larger, it gave
-        up, someone cancelled it): another one, while the run goes on."""
+        up, someone cancelled it): another one, while the run goes on (and is not being
+        ended). Runs in a thread of its own, started by the grow watch."""
         with self.grow_lock:
-            if self.finishing:
+            if self.finishing or self.signal_seen:
                 return
-            self.log(f"the grower job {self.grower} ended without taking over")
-            self.grower = ""
-            self.grow_submit()
+            gone, self.grower = self.grower, ""
+        self.log(f"the grower job {gone} ended without taking over")
+        self.grow_submit()
 
     def grower_cancel(self) -> None:
         """The chain does not go on in this run's grower: it goes."""
@@ -1071,29 +1091,39 @@ class Supervisor:
 
     def hand_over_to_grower(self) -> str:
         """This run claimed the move to its grower and made way for it: "handed" once the
-        handoff is logged (the grower waits for it); "again" when the grower is gone meanwhile
-        and the chain runs again inside this job; "decide" when this job is being cancelled or
-        requeued by Slurm: its end is decided as any other."""
+        handoff is logged (the grower waits for it); when the grower is gone meanwhile, "again"
+        if the chain runs again inside this job, else "handed" once it continues in another;
+        "decide" when this job is being cancelled or requeued by Slurm: its end is decided as
+        any other."""
         grower = self.grower
         info = self.slurm.show_job(self.job)
         restarts = field(info, "Restarts")
         if self.being_cancelled() or (restarts.isdecimal() and int(restarts) > self.restart):
             return "decide"
-        if self.queue_state(grower) != "RUNNING":
-            self.log(f"the grower job {grower} is gone; running again in this job")
+        state = self.queue_state(grower)
+        if not state:  # once may be a failed ask
+            self.sleep(1)
+            state = self.queue_state(grower)
+        if state != "RUNNING":
+            self.log(f"the grower job {grower} is gone ({state or 'not in the queue'})")
             self.grower = ""
+            left = decide.seconds((self.slurm.queue_value(self.job, "%L") or [""])[0])
+            enough = left is None or left > self.policy.lead + decide.TIMEOUT_MARGIN_S
             self.stop_agents()
-            if not self.take_nodes():
-                return "decide"
-            self.event(
-                "requeue",
-                GROW,
-                f"continued in job {self.self_id} on {','.join(self.step)} (grower {grower} gone)",
-                how=IN_JOB,
-                stopped_run=self.restart,
-                **self.position(),
-            )
-            return "again"
+            if enough and self.take_nodes():
+                self.event(
+                    "requeue",
+                    GROW,
+                    f"continued in job {self.self_id} on {','.join(self.step)} "
+                    f"(grower {grower} gone)",
+                    how=IN_JOB,
+                    stopped_run=self.restart,
+                    **self.position(),
+                )
+                self.log("running again in this job, from the last checkpoint")
+                return "again"
+            self.continue_chain(GROW)
+            return "handed"
         self.event(
             "handoff",
             GROW,
@@ -1172,7 +1202,12 @@ class Supervisor:
             states = self.slurm.node_states(",".join(allocation))
             ruled_out |= {node for node, state in states if NODE_UNUSABLE.search(state)}
         usable = len([node for node in allocation if node not in ruled_out])
-        size = decide.run_size(usable, self.policy.nodes or len(allocation), self.policy.min_nodes)
+        size = decide.run_size(
+            usable,
+            self.policy.nodes or len(allocation),
+            self.policy.min_nodes,
+            self.policy.node_multiple,
+        )
         step = decide.step_nodes(allocation, self.batch, ruled_out, size)
         if not step:
             return False
@@ -1584,11 +1619,12 @@ class Supervisor:
             self.watch.close()
         with self.grow_lock:
             self.finishing = True
-        if self.grow_watch is not None:
-            self.grow_watch.close()
+            watch = self.grow_watch
+        if watch is not None:
+            watch.close()
         self.ask_agents()
         try:
-            growing = self.grow_watch is not None and self.grow_watch.started.is_set()
+            growing = watch is not None and watch.started.is_set()
             outcome = self.hand_over_to_grower() if growing and not self.is_done() else "decide"
             if outcome == "handed":
                 return 0
