@@ -104,6 +104,20 @@ def _events(tmp_path: Path, kind: str) -> list[Event]:
     return [e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == kind]
 
 
+def _watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[GrowSlurm, Supervisor, Child]:
+    """A run below its full size, its launcher running, its grower submitted and watched
+    (every 10 ms)."""
+    monkeypatch.setattr(grow, "POLL_S", 0.01)
+    slurm = GrowSlurm()
+    sup = _shrunk(tmp_path, slurm)
+    child = Child()
+    sup.child = child  # type: ignore[assignment]
+    sup.grow_submit()
+    return slurm, sup, child
+
+
 def _wait(what: Callable[[], object], timeout: float = 5) -> None:
     deadline = time.monotonic() + timeout
     while not what() and time.monotonic() < deadline:
@@ -113,12 +127,7 @@ def _wait(what: Callable[[], object], timeout: float = 5) -> None:
 def test_a_run_below_its_full_size_makes_way_for_its_grower(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(grow, "POLL_S", 0.01)
-    slurm = GrowSlurm()
-    sup = _shrunk(tmp_path, slurm)
-    child = Child()
-    sup.child = child  # type: ignore[assignment]
-    sup.grow_submit()
+    slurm, sup, child = _watched(tmp_path, monkeypatch)
     ((argv, env),) = slurm.submitted
     # Any larger run; n2 no longer excluded, for 3 nodes need all of the partition's 3.
     assert "--nodes=3" in argv and not any(a.startswith("--exclude") for a in argv)
@@ -162,13 +171,8 @@ def test_a_grower_gone_after_the_move_was_claimed_leaves_the_chain_in_the_job(
 def test_a_grower_that_gave_up_or_left_the_queue_is_replaced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(grow, "POLL_S", 0.01)
     monkeypatch.setattr(grow, "CHECK_EVERY", 1)
-    slurm = GrowSlurm()
-    sup = _shrunk(tmp_path, slurm)
-    child = Child()
-    sup.child = child  # type: ignore[assignment]
-    sup.grow_submit()
+    slurm, sup, child = _watched(tmp_path, monkeypatch)
     first = sup.grower
     slurm.jobs[first] = {"JobState": "PENDING"}
     # It gave up (claimed the move) just as it said it was ready: the run goes on.
@@ -260,12 +264,7 @@ def test_a_grower_that_fails_before_it_took_over_does_not_end_the_chain(tmp_path
 def test_a_run_being_cancelled_does_not_move(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(grow, "POLL_S", 0.01)
-    slurm = GrowSlurm()
-    sup = _shrunk(tmp_path, slurm)
-    child = Child()
-    sup.child = child  # type: ignore[assignment]
-    sup.grow_submit()
+    slurm, sup, child = _watched(tmp_path, monkeypatch)
     grower = sup.grower
     sup.signal_seen = "term"  # scancel's SIGTERM reached the supervisor
     (tmp_path / "run" / names.grow_ready(grower)).mkdir()

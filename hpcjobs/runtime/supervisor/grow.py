@@ -15,12 +15,11 @@ thread, while the run goes on.
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable
+
+from .windup import end_step
 
 #: How often a run below its full size looks for its grower's marker.
 POLL_S = 5.0
@@ -111,13 +110,4 @@ class GrowWatch:
             f"job {self.grower} holds the nodes for a larger run; sending {warning} so that "
             f"this run checkpoints and hands over (its steps end in {self.grace} s)"
         )
-        with contextlib.suppress(OSError):
-            self.child.send_signal(getattr(signal, warning))
-        deadline = time.monotonic() + self.grace
-        while time.monotonic() < deadline:
-            if self.child.poll() is not None or self._stop.wait(0.2):
-                return
-        self.kill_steps()
-        if not self._stop.wait(3) and self.child.poll() is None:
-            with contextlib.suppress(OSError):
-                self.child.kill()
+        end_step(self.child, self.warning, self.grace, self._stop, self.kill_steps)

@@ -8,10 +8,8 @@ the warning signal, the grace time to checkpoint, and then its steps are killed.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -19,6 +17,7 @@ from collections.abc import Callable
 
 from .agent import read_summary
 from .decide import Stall, find_stall, judged_rank
+from .windup import end_step
 
 #: A summary this many agent cycles old (plus a margin) no longer counts: its node's ranks are
 #: not judged until their agent writes again.
@@ -122,14 +121,4 @@ class StallWatch:
                 f"stall: rank {found.rank} has been at step {found.step} for {found.idle} s"
                 f"{where}; sending {warning}, ending the step in {self.grace} s"
             )
-        with contextlib.suppress(OSError):
-            self.child.send_signal(getattr(signal, warning))
-        # The waits end early once the step is gone (close): the decision waits for them.
-        deadline = time.monotonic() + self.grace
-        while time.monotonic() < deadline:
-            if self.child.poll() is not None or self._stop.wait(0.2):
-                return
-        self.kill_steps()
-        if not self._stop.wait(3) and self.child.poll() is None:
-            with contextlib.suppress(OSError):
-                self.child.kill()
+        end_step(self.child, self.warning, self.grace, self._stop, self.kill_steps)
