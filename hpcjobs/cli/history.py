@@ -11,7 +11,7 @@ import click
 from hpcjobs.cli.common import chains_for, slurm_access
 from hpcjobs.cli.options import host_option
 from hpcjobs.errors import SlurmError
-from hpcjobs.runtime.supervisor.eventlog import IN_JOB
+from hpcjobs.runtime.supervisor.eventlog import IN_JOB, is_growth
 
 if TYPE_CHECKING:
     from hpcjobs.jobs.chain import ChainRef, Event
@@ -197,6 +197,8 @@ def _stops_by_run(ref: ChainRef | None) -> dict[tuple[str, int], str]:
         return stops
     events = ref.chain.events
     for event in events:
+        if is_growth(event):
+            stops[(event.job_id, event.restart)] = f"{event.cause} ({event.detail})"
         if event.event != "requeue" or event.text("how") == IN_JOB:
             continue  # a run that went on inside its job did not stop there
         stops[(event.stopped_job, event.stopped_run)] = f"{event.cause} ({event.detail})"

@@ -20,7 +20,7 @@ from pathlib import Path
 from hpcjobs.errors import HpcJobsError
 from hpcjobs.runner import Runner
 from hpcjobs.runtime.supervisor import eventlog, names
-from hpcjobs.runtime.supervisor.eventlog import Event, encode, parse
+from hpcjobs.runtime.supervisor.eventlog import Event, encode, is_growth, parse
 
 __all__ = ["Chain", "ChainRef", "Event", "Interruption", "format_event", "parse_chain"]
 
@@ -60,7 +60,7 @@ class Interruption:
 
 
 class Chain(eventlog.Chain):
-    """A chain's events, and its interruptions."""
+    """A chain's events, and its interruptions (a growth among them)."""
 
     def interruptions(self) -> list[Interruption]:
         result: list[Interruption] = []
@@ -72,7 +72,7 @@ class Chain(eventlog.Chain):
                 fault = event
             elif event.event == "exclude":
                 excluded = event.names("nodes")
-            elif event.event == "requeue":
+            elif event.event == "requeue" or is_growth(event):
                 pending = Interruption(
                     cause=event.cause,
                     job_id=event.stopped_job,

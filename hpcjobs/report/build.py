@@ -28,7 +28,7 @@ from hpcjobs.report.goodput import (
     step_times,
 )
 from hpcjobs.runtime.progress import Report
-from hpcjobs.runtime.supervisor.eventlog import IN_JOB
+from hpcjobs.runtime.supervisor.eventlog import IN_JOB, is_growth
 
 if TYPE_CHECKING:
     from hpcjobs.jobs.chain import Chain, ChainRef, Interruption
@@ -419,6 +419,8 @@ def _mark_from_events(runs: list[RunReport], chain: Chain) -> None:
                 and event.text("how") != IN_JOB  # the run went on inside its job
             ):
                 run.cause = event.cause
+            elif is_growth(event) and (event.job_id, event.restart) == (run.job_id, run.index):
+                run.cause = event.cause  # it made way for its grower
             elif event.event == "end" and (event.job_id, event.restart) == (run.job_id, run.index):
                 run.cause = run.cause or f"{event.cause}: {event.detail}"
 

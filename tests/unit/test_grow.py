@@ -285,3 +285,23 @@ def test_a_grower_gone_with_too_little_time_left_continues_the_chain_elsewhere(
     assert sup.hand_over_to_grower() == "handed"
     (requeue,) = [e for e in _events(tmp_path, "requeue") if e.cause == "grow"]
     assert requeue.text("how") == "continued" and requeue.text("next") not in ("", grower)
+
+
+def test_history_and_report_count_a_growth_as_an_interruption() -> None:
+    from hpcjobs.cli.history import _stops_by_run
+    from hpcjobs.jobs.chain import Chain as SubmitChain
+    from hpcjobs.jobs.chain import ChainRef
+
+    text = (
+        line("300", "start", at=1.0, checkpoint=-1, nodelist="n1,n3", batch="n1", held=2, full=3)
+        + line("300", "grower", at=2.0, grower="310", grower_for="300", size="3")
+        + line("300", "handoff", "grow", "continued as job 310", at=10.0, next="310",
+               nodes=[], checkpoint=66, progress=67)
+        + line("310", "start", at=11.5, checkpoint=66, nodelist="n1,n2,n3", batch="n1")
+    )  # fmt: skip
+    chain = SubmitChain(parse(text))
+    (stop,) = chain.interruptions()
+    assert (stop.cause, stop.job_id, stop.resumed_job_id) == ("grow", "300", "310")
+    assert (stop.resumed_from, stop.steps_lost, stop.resume_latency) == (66, 1, 1.5)
+    ref = ChainRef(root="300", output_dir="/o", chain=chain)
+    assert _stops_by_run(ref)[("300", 0)] == "grow (continued as job 310)"

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from .causes import GROW
+
 #: The format this module writes. A reader takes lines of any version: fields it does not know
 #: are kept, fields it needs and does not find read as missing.
 FORMAT = 1
@@ -129,6 +131,12 @@ class Event:
         """For a ``requeue``: the restart count of the run that ended."""
         run = self.number("stopped_run")
         return self.restart if run is None else run
+
+
+def is_growth(event: Event) -> bool:
+    """Whether ``event`` is a run's move to its grower (an elastic job growing back): the run
+    stopped at a checkpoint, and the grower resumed from it."""
+    return event.event == "handoff" and event.cause == GROW
 
 
 def encode(event: Event) -> str:
