@@ -222,6 +222,18 @@ def test_an_elastic_job_grows_back_when_its_nodes_return(cluster: Cluster) -> No
     assert start.number("checkpoint") == handoff.number("checkpoint") >= 0
     assert chain.job_ids == [job.root, grower] and chain.count("requeue") == 1
     finished(job, chain)
+    # history: the shrink and the growth, each an interruption, in order.
+    proc = subprocess.run(
+        [HPCJOBS, "history", "--json", job.root],
+        env={**os.environ, **cluster.env}, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    stops = json.loads(proc.stdout)["interruptions"]
+    assert [(s["cause"], s["job_id"], s["resumed_job_id"]) for s in stops] == [
+        ("node_failure", job.root, job.root),
+        ("grow", job.root, grower),
+    ], stops
     # report: the first job's run on 2 of 3 nodes is badput of its own; the grower's is not.
     runs = reported_runs(cluster, job.root, 2)
     print(json.dumps([{k: r[k] for k in ("job_id", "nodes", "parts_s")} for r in runs]))
