@@ -38,6 +38,12 @@ def capture_dir(root: str) -> str:
     return f"capture-{root}"
 
 
+def takeover_claim(job: str) -> str:
+    """Made (one atomic mkdir) by whoever logs how the run before ``job`` ended, or, for a
+    grower ``job``, by whoever settles the move to it: the run it grows or the grower itself."""
+    return f".takeover-{job}"
+
+
 def grow_ready(job: str) -> str:
     """Made by grower ``job`` once it holds more nodes than the run it grows and waits for
     it: that run's grow watch looks for it (:mod:`.grow`)."""

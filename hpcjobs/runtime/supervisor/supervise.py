@@ -603,8 +603,7 @@ class Supervisor:
         except OSError:
             self.err_offset = 0
         # This run has begun: whoever logged how the run before it ended is settled.
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.join(self.run_dir, f".takeover-{self.self_id}"))
+        self.unclaim(self.self_id)
         # The summaries of the run before are no one's now (the histories stay).
         for path in glob.glob(os.path.join(glob.escape(self.progress_dir), "node-*")):
             if not path.endswith(".log"):
@@ -815,17 +814,23 @@ class Supervisor:
             return True
         return state == "COMPLETING" and self.slurm.acct_state(job).startswith("CANCELLED")
 
-    def being_cancelled(self) -> bool:
+    def requeued_by_slurm(self, info: str) -> bool:
+        """Whether Slurm has requeued this job since this run began (``info``: its 'scontrol
+        show job'); Slurm counts a requeue as soon as it decides it."""
+        restarts = field(info, "Restarts")
+        return restarts.isdecimal() and int(restarts) > self.restart
+
+    def being_cancelled(self, info: str | None = None) -> bool:
         """Whether this job is being cancelled: Slurm says so, or a plain SIGTERM reached the
         supervisor while Slurm shows neither a preemption, nor a node failure, nor its own
         requeue of the job (``scontrol requeue`` sends SIGTERM too)."""
-        info = self.slurm.show_job(self.job)
+        if info is None:
+            info = self.slurm.show_job(self.job)
         if self.was_cancelled(self.job, info):
             return True
         if re.search(r"PreemptTime=[0-9]|Reason=NodeDown|JobState=NODE_FAIL", info):
             return False
-        restarts = field(info, "Restarts")
-        if restarts.isdecimal() and int(restarts) > self.restart:
+        if self.requeued_by_slurm(info):
             return False
         return self.signal_seen == "term"
 
@@ -853,8 +858,7 @@ class Supervisor:
             return
         if not self.slurm.cancel(self.standby):
             self.log(f"could not cancel the standby job {self.standby}")
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.join(self.run_dir, f".takeover-{self.standby}"))
+        self.unclaim(self.standby)
         self.standby = ""
 
     def claim_takeover(self, standby: str) -> bool:
@@ -869,15 +873,20 @@ class Supervisor:
         return True
 
     def claim(self, job: str) -> bool:
-        """One atomic mkdir of ``.takeover-<job>``: whether this process made it."""
+        """One atomic mkdir of :func:`.names.takeover_claim`: whether this process made it."""
         old = os.umask(0o077)
         try:
-            os.mkdir(os.path.join(self.run_dir, f".takeover-{job}"))
+            os.mkdir(os.path.join(self.run_dir, names.takeover_claim(job)))
         except OSError:
             return False
         finally:
             os.umask(old)
         return True
+
+    def unclaim(self, job: str) -> None:
+        """Remove the claim on ``job`` (:meth:`claim`), settled now; none is fine."""
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(self.run_dir, names.takeover_claim(job)))
 
     def standby_retarget(self) -> str:
         """Make the standby this run's continuation (it starts when this job ends, however it
@@ -891,7 +900,7 @@ class Supervisor:
             self.slurm.update(self.standby, "ExcNodeList=" + ",".join(excluded))
         if not self.slurm.update(self.standby, "Dependency=afterany:" + self.job):
             # Slurm may already have started it (this run died of a node failure).
-            state = (self.slurm.queue_value(self.standby, "%T") or [""])[0].strip()
+            state = self.queue_state(self.standby)
             if not state or state == "PENDING":
                 return ""
         return self.standby
@@ -910,8 +919,8 @@ class Supervisor:
         if self.chain.continued_as(self.self_id):
             return
         grower = self.chain.grower_for(pred)
-        if grower and not self.slurm.cancel(grower):  # it would wait for a run that is gone
-            self.log(f"could not cancel the grower job {grower}")
+        if grower:  # it would wait for a run that is gone
+            self.cancel_grower(grower)
         if self.chain.ended_after_standby(self.self_id):
             self.log(f"the chain ended with job {pred}; its standby does not run")
             raise Stop(0)
@@ -991,8 +1000,7 @@ class Supervisor:
         run = len(self.step)
         if not self.policy.elastic or not run or run >= self.policy.nodes:
             return
-        left = decide.seconds((self.slurm.queue_value(self.job, "%L") or [""])[0])
-        if left is not None and left <= self.policy.lead + decide.TIMEOUT_MARGIN_S:
+        if self.time_short():
             return
         low, high = decide.grower_size(
             run, self.policy.nodes, self.policy.spare_nodes, self.policy.node_multiple
@@ -1035,8 +1043,14 @@ class Supervisor:
             if keep:
                 self.grower = new
                 self.watch_grower()
-        if not keep and not self.slurm.cancel(new):
-            self.log(f"could not cancel the grower job {new}")
+        if not keep:
+            self.cancel_grower(new)
+
+    def time_short(self) -> bool:
+        """Whether this job has too little time left for another run: one started now would
+        get no warning before the time limit (False when Slurm does not say)."""
+        left = decide.seconds((self.slurm.queue_value(self.job, "%L") or [""])[0])
+        return left is not None and left <= self.policy.lead + decide.TIMEOUT_MARGIN_S
 
     def queue_state(self, job: str) -> str:
         """``job``'s state in squeue (PENDING, RUNNING, ...; "" when squeue has none)."""
@@ -1085,9 +1099,14 @@ class Supervisor:
 
     def grower_cancel(self) -> None:
         """The chain does not go on in this run's grower: it goes."""
-        if self.grower and not self.slurm.cancel(self.grower):
-            self.log(f"could not cancel the grower job {self.grower}")
+        if self.grower:
+            self.cancel_grower(self.grower)
         self.grower = ""
+
+    def cancel_grower(self, job: str) -> None:
+        """Cancel grower ``job`` (the job's log says so when Slurm refuses)."""
+        if not self.slurm.cancel(job):
+            self.log(f"could not cancel the grower job {job}")
 
     def hand_over_to_grower(self) -> str:
         """This run claimed the move to its grower and made way for it: "handed" once the
@@ -1097,8 +1116,7 @@ class Supervisor:
         any other."""
         grower = self.grower
         info = self.slurm.show_job(self.job)
-        restarts = field(info, "Restarts")
-        if self.being_cancelled() or (restarts.isdecimal() and int(restarts) > self.restart):
+        if self.being_cancelled(info) or self.requeued_by_slurm(info):
             return "decide"
         state = self.queue_state(grower)
         if not state:  # once may be a failed ask
@@ -1107,10 +1125,9 @@ class Supervisor:
         if state != "RUNNING":
             self.log(f"the grower job {grower} is gone ({state or 'not in the queue'})")
             self.grower = ""
-            left = decide.seconds((self.slurm.queue_value(self.job, "%L") or [""])[0])
-            enough = left is None or left > self.policy.lead + decide.TIMEOUT_MARGIN_S
+            short = self.time_short()
             self.stop_agents()
-            if enough and self.take_nodes():
+            if not short and self.take_nodes():
                 self.event(
                     "requeue",
                     GROW,
@@ -1186,8 +1203,7 @@ class Supervisor:
         finally:
             with contextlib.suppress(OSError):
                 os.rmdir(marker)
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.join(self.run_dir, f".takeover-{self.self_id}"))
+        self.unclaim(self.self_id)
 
     def take_nodes(self, bad: Sequence[str] = ()) -> bool:
         """With spare nodes: choose the nodes the next run takes, and release from the job the
@@ -1248,8 +1264,7 @@ class Supervisor:
             return False
         if self.signal_seen:
             return False  # the job is being ended (a warning, a cancel): a new job goes on
-        left = decide.seconds((self.slurm.queue_value(self.job, "%L") or [""])[0])
-        if left is not None and left <= self.policy.lead + decide.TIMEOUT_MARGIN_S:
+        if self.time_short():
             # A run started now would get no warning before the time limit.
             self.log(f"{cause}: too little time left in job {self.job} to run again in it")
             return False
@@ -1261,8 +1276,7 @@ class Supervisor:
             return False
         if self.claimed and self.claimed == self.standby:
             # The standby stays this job's: it logs a later end of this job without a word.
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.join(self.run_dir, f".takeover-{self.standby}"))
+            self.unclaim(self.standby)
             self.claimed = ""
         nodes = ",".join(self.step)
         self.event(
@@ -1543,9 +1557,8 @@ class Supervisor:
     def end_cause(self, rc: int) -> str:
         """How this run ended (:func:`decide.end_cause`), from Slurm and this run's stderr."""
         info = self.slurm.show_job(self.job)
-        restarts = field(info, "Restarts")
         requeued = None
-        if restarts.isdecimal() and int(restarts) > self.restart:
+        if self.requeued_by_slurm(info):
             # Slurm counts a requeue as soon as it decides it: the job comes back with the same
             # id, and the program's exit (0 after a checkpoint) must not mark the job done.
             runs = self.slurm.acct_runs(self.job)
