@@ -7,6 +7,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+#: The variables that tell a successor which run it stands by for (a standby) or grows (a
+#: grower); the supervisor reads them at start.
+ENV_STANDBY_FOR = "HPCJOBS_STANDBY_FOR"
+ENV_GROW_FOR = "HPCJOBS_GROW_FOR"
+
 #: Options a successor never repeats (it gets its own dependency and array task).
 _DROPPED = ("--array=", "--dependency=", "--comment=", "--kill-on-invalid-dep=")
 #: The same options with their value in the next argument.
@@ -67,11 +72,11 @@ def successor_env(
         for k, v in env.items()
         if not re.match(r"(SLURM|SBATCH|SALLOC|SRUN)_", k) or k == "SLURM_CONF"
     }
-    clean.pop("HPCJOBS_STANDBY_FOR", None)
-    clean.pop("HPCJOBS_GROW_FOR", None)
+    clean.pop(ENV_STANDBY_FOR, None)
+    clean.pop(ENV_GROW_FOR, None)
     clean["HPCJOBS_CHAIN_ROOT"] = root
     if standby_for:
-        clean["HPCJOBS_STANDBY_FOR"] = standby_for
+        clean[ENV_STANDBY_FOR] = standby_for
     if grow_for:
-        clean["HPCJOBS_GROW_FOR"] = grow_for
+        clean[ENV_GROW_FOR] = grow_for
     return clean

@@ -50,7 +50,7 @@ from .signatures import all_patterns
 from .slurm import Slurm, field, line_value
 from .srunlog import failed_hostlists, first_failure, has_node_failure
 from .stall import StallWatch
-from .successor import successor_args, successor_env
+from .successor import ENV_GROW_FOR, ENV_STANDBY_FOR, successor_args, successor_env
 
 #: At most this much of the job's stderr is read to classify a run's end.
 STDERR_LIMIT = 16 * 1024 * 1024
@@ -169,9 +169,9 @@ class Supervisor:
         self.restart = int(self.env.get("SLURM_RESTART_COUNT", "0") or 0)
         self.run_dir = self.env.get("HPCJOBS_RUN_DIR", "") or os.getcwd()
         self.root = self.env.get("HPCJOBS_CHAIN_ROOT", "")
-        self.standby_for = self.env.get("HPCJOBS_STANDBY_FOR", "")
+        self.standby_for = self.env.get(ENV_STANDBY_FOR, "")
         #: A grower: the job whose run below its full size it takes over from.
-        self.grow_for = self.env.get("HPCJOBS_GROW_FOR", "")
+        self.grow_for = self.env.get(ENV_GROW_FOR, "")
         self.ckpt_dir = self.env.get("HPCJOBS_CHECKPOINT_DIR", "")
         self.progress_dir = ""
         self.capture_dir = ""
@@ -391,8 +391,8 @@ class Supervisor:
         ):
             self.root = self.self_id
             self.standby_for = self.grow_for = ""
-            self.env.pop("HPCJOBS_STANDBY_FOR", None)
-            self.env.pop("HPCJOBS_GROW_FOR", None)
+            self.env.pop(ENV_STANDBY_FOR, None)
+            self.env.pop(ENV_GROW_FOR, None)
         self.root = self.root or self.self_id
         self.env["HPCJOBS_CHAIN_ROOT"] = self.root
         # The ranks report their progress on node-local storage (hpcjobs.runtime.progress);
