@@ -106,9 +106,15 @@ def events(chain: Chain, kind: str) -> list[Event]:
 
 
 @contextmanager
-def node_down(cluster: Cluster, node: str) -> Iterator[float]:
-    """Set ``node`` DOWN (yields the time), and bring it back afterwards."""
+def node_down(cluster: Cluster, node: str, stay_out: bool = False) -> Iterator[float]:
+    """Set ``node`` DOWN (yields the time), and bring it back afterwards.
+
+    ``stay_out``: drain it first, so that it stays out until then (ReturnToService=2 returns
+    a DOWN node to service as soon as its slurmd registers again, which may be a second
+    later); draining does not touch the job running there."""
     try:
+        if stay_out:
+            cluster.slurm("scontrol", "update", f"nodename={node}", "state=drain", "reason=test")
         when = time.time()
         cluster.slurm("scontrol", "update", f"nodename={node}", "state=down", "reason=fault-test")
         yield when

@@ -141,14 +141,12 @@ def test_an_elastic_job_runs_on_the_nodes_left(cluster: Cluster) -> None:
     first = run_nodes(cluster, events(job.chain, "start")[0])
     assert len(first) == 3, job.chain_file.read_text()
     victim = first[1]  # not the batch host
-    with node_down(cluster, victim) as down_at:
+    # The node stays out (drained before it goes down): the grower waits until the chain
+    # ends, which cancels it.
+    with node_down(cluster, victim, stay_out=True) as down_at:
         stop, start = resumed(job)
         nodes = run_nodes(cluster, start)
         left = job_nodes(cluster, job.root)
-        # The node stays out (drained: ReturnToService=2 would return a DOWN node to service
-        # when its slurmd next registers): the grower waits until the chain ends, which
-        # cancels it.
-        cluster.slurm("scontrol", "update", f"nodename={victim}", "state=drain", "reason=test")
         chain = job.ended()
     (grower,) = chain.grower_ids
     wait_for(f"grower {grower} to leave the queue", lambda: cluster.gone(grower), 60)
