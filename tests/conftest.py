@@ -107,7 +107,7 @@ NO_TORCH_RELEASES = ("trixie", "sid")
 BROWSER_TESTS = ("test_html_page_renders_in_chromium",)
 #: Live tests that start sandboxes of their own (128 nodes): what they check is the sandbox and
 #: the machine, not the Slurm release, so they run on the machine's own release only.
-OWN_RELEASE_TESTS = ("tests/live/test_big_sandbox.py",)
+OWN_RELEASE_TESTS = ("tests/scale/",)
 #: Set by scripts/test-other-release.sh (read at import: tests scrub HPCJOBS_*).
 IN_OTHER_RELEASE = os.environ.get("HPCJOBS_TEST_OTHER_RELEASE") == "1"
 _DESELECTED: list[str] = []
@@ -150,7 +150,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from hpcjobs.sandbox.release import host_release
 
     for item in items:
-        if "tests/live/" in str(item.fspath).replace(os.sep, "/"):
+        path = str(item.fspath).replace(os.sep, "/")
+        if "tests/live/" in path or "tests/scale/" in path:
             item.add_marker(pytest.mark.slurm)
     release = host_release()
     patterns: list[str] = []
@@ -165,7 +166,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _REASONS.append("browser test(s): no chromium in this root; they run on the machine")
     if IN_OTHER_RELEASE:
         patterns += OWN_RELEASE_TESTS
-        _REASONS.append("big-sandbox test: it runs on the machine's own release")
+        _REASONS.append("scale test: it runs on the machine's own release")
     if not patterns:
         return
     keep, drop = [], []

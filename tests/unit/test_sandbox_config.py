@@ -159,3 +159,23 @@ def test_missing_packages_installed_as_root(monkeypatch: pytest.MonkeyPatch) -> 
         ["apt-get", "update", "-q"],
         ["apt-get", "install", "-y", "--no-install-recommends", "munge"],
     ]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "proctrack", "slurmd_timeout", "message_timeout"),
+    [
+        (3, "proctrack/linuxproc", 10, 10),
+        (confgen.MANY_NODES, "proctrack/linuxproc", 10, 10),
+        (confgen.MANY_NODES + 1, "proctrack/pgid", 120, 60),
+        (131, "proctrack/pgid", 120, 60),
+    ],
+)
+def test_a_sandbox_of_many_nodes_on_one_host_is_given_time(
+    tmp_path: Path, nodes: int, proctrack: str, slurmd_timeout: int, message_timeout: int
+) -> None:
+    """A hundred slurmd on one host answer late while a thousand ranks start, and a /proc
+    scan per slurmstepd costs seconds: a big sandbox tracks process groups and waits longer."""
+    text = confgen.slurm_conf(Settings(nodes=nodes), Layout(tmp_path), "myhost")
+    assert f"\nProctrackType={proctrack}\n" in text
+    assert f"\nSlurmdTimeout={slurmd_timeout}\n" in text
+    assert f"\nMessageTimeout={message_timeout}\n" in text

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hpcjobs.runtime.supervisor.srunlog import (
     failed_hostlists,
     first_failure,
     has_node_failure,
 )
 from hpcjobs.runtime.supervisor.successor import successor_args, successor_env
+from hpcjobs.runtime.supervisor.supervise import NODE_FAILED
 
 STDERR = """hpcjobs: run 0 of job 7
 10:00:00 hpcjobs[7]: run 0 of chain 7; no checkpoint yet
@@ -54,3 +57,26 @@ def test_a_successors_environment_has_none_of_this_jobs_slurm_settings() -> None
     clean = successor_env(env, "1", "")
     assert clean == {"SLURM_CONF": "/etc/slurm.conf", "HOME": "/h", "HPCJOBS_CHAIN_ROOT": "1"}
     assert successor_env(env, "1", "5")["HPCJOBS_STANDBY_FOR"] == "5"
+
+
+@pytest.mark.parametrize(
+    ("state", "failed"),
+    [
+        ("down", True),
+        ("down*", True),
+        ("drained", True),
+        ("drained*", True),
+        ("fail", True),
+        ("failing", True),
+        ("allocated*", False),  # only not responding: busy, not failed
+        ("mixed*", False),
+        ("idle*", False),
+        ("draining", False),  # still runs what it has
+        ("allocated", False),
+        ("completing", False),
+    ],
+)
+def test_a_node_failed_when_slurm_says_so_not_when_it_missed_a_ping(
+    state: str, failed: bool
+) -> None:
+    assert bool(NODE_FAILED.search(state)) is failed

@@ -140,7 +140,11 @@ class Slurm:
         return pairs
 
     def cancel(self, job: str, signal_name: str = "") -> bool:
-        argv = ["scancel", "--quiet"] + (["--signal=" + signal_name] if signal_name else [])
+        """Cancel ``job`` (a job or a step), or send it ``signal_name``. A signal goes through
+        the controller (``--ctld``): without it scancel sends it to every node itself and
+        waits for each answer (4 to 17 s for 131 nodes on a loaded host, measured)."""
+        argv = ["scancel", "--quiet"]
+        argv += ["--ctld", "--signal=" + signal_name] if signal_name else []
         return self.run([*argv, job]).rc == 0
 
     def update(self, job: str, setting: str) -> bool:

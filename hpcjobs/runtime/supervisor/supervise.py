@@ -56,10 +56,13 @@ from .successor import ENV_GROW_FOR, ENV_STANDBY_FOR, successor_args, successor_
 STDERR_LIMIT = 16 * 1024 * 1024
 
 
-#: Node states ('sinfo %T', lower case) that rule a node out of a run inside a job with spare
-#: nodes: down, drained, failing or failed, not responding (``*``). A node being drained
-#: (``draining``) still runs what it has.
-NODE_UNUSABLE = re.compile(r"down|drained|fail|\*")
+#: Node states ('sinfo %T', lower case) of a node that failed: it is blamed for a run's end
+#: and ruled out of the next run inside a job with spare nodes: down, drained, failing or
+#: failed. A node being drained (``draining``) still runs what it has. A node only not
+#: responding (``allocated*``) has not failed: Slurm declares it DOWN after SlurmdTimeout,
+#: and a busy node misses a ping now and then (at 128 nodes, a hundred at once while a
+#: thousand ranks started: counting them blamed them all).
+NODE_FAILED = re.compile(r"down|drained|fail")
 
 #: What each node runs for the pre-flight check: the site's check (``$1``), at most ``$2`` s,
 #: then one line for :func:`.decide.preflight_failures`, whatever the check did (``$0`` is
@@ -1216,7 +1219,7 @@ class Supervisor:
         ruled_out = {*self.chain.excluded(), *bad}
         if allocation:
             states = self.slurm.node_states(",".join(allocation))
-            ruled_out |= {node for node, state in states if NODE_UNUSABLE.search(state)}
+            ruled_out |= {node for node, state in states if NODE_FAILED.search(state)}
         usable = len([node for node in allocation if node not in ruled_out])
         size = decide.run_size(
             usable,
@@ -1355,8 +1358,8 @@ class Supervisor:
     def failed_nodes(self, job: str, nodes: str, batch: str, text: str | None = None) -> list[str]:
         """The nodes whose failure ended ``job``: srun names them in the job's stderr (``text``:
         the end of the job's stderr file) when the batch host lived on; when nothing names one,
-        the batch host died with the job. Nodes Slurm now shows DOWN, DRAIN, FAIL or
-        NOT_RESPONDING count too."""
+        the batch host died with the job. Nodes Slurm now shows failed count too
+        (:data:`NODE_FAILED`)."""
         if text is None:
             text = ""
             try:
@@ -1370,9 +1373,9 @@ class Supervisor:
             named += self.slurm.hostnames(hostlist)
         if not named and batch and batch != "(null)":
             named = [batch]
-        down = re.compile(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|\*")
         if nodes and nodes != "(null)":
-            named += [node for node, state in self.slurm.node_states(nodes) if down.search(state)]
+            states = self.slurm.node_states(nodes)
+            named += [node for node, state in states if NODE_FAILED.search(state)]
         seen: list[str] = []
         for node in named:
             if node and node not in seen:

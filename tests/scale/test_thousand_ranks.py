@@ -1,0 +1,117 @@
+"""A thousand ranks on one host: a sandbox of 131 nodes × 8 fake GPUs, and one chain of
+1,024 light ranks (128 nodes, 3 spares) through every path of hpcjobs (tests/scale/scenario.py):
+launch, progress, a node lost, a hung rank, an infrastructure crash, cancel, status, history
+and report. ``sandbox down`` leaves no daemon behind.
+
+It runs on the machine's own release (the other releases' roots deselect it, see
+tests/conftest.py). The figures it prints are the 128-node column of docs/scale.md;
+benchmarks/scale_bench.py gives the growth from 2 and 16 nodes. The bounds here are sanity
+limits for a 2-core host running 1,024 processes, not targets.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import IN_CI, TEST_PORT_BASE
+from tests.live.test_report import KEEP_SCREENSHOT, read_png
+from tests.scale.scenario import GPUS, SPARES, STALL_TIMEOUT, BigCluster, Scenario
+
+NODES = 128
+#: Below 65000 and clear of the test sandboxes of every release (17810, 18810, 19810, 20810).
+PORT_BASE = TEST_PORT_BASE + 6000
+#: Sanity bound on "running again" after a node is lost or a rank crashed: most of it is the
+#: host ending 1,024 processes and starting 1,024 more on 2 cores (docs/scale.md).
+SANITY_S = 90
+
+
+def _daemons_of(state_dir: Path) -> list[int]:
+    """Processes whose command line names the state folder (every daemon of that sandbox)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(state_dir).encode() in cmdline and int(entry.name) != os.getpid():
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_thousand_ranks_launch_fail_recover_and_report(sandbox: object, tmp_path: Path) -> None:
+    state = tmp_path / "big"
+    tmp_path.chmod(0o755)
+    started = time.monotonic()
+    with BigCluster.up(state, NODES + SPARES, PORT_BASE) as cluster:
+        print(f"\n{NODES + SPARES} x {GPUS} sandbox up in {time.monotonic() - started:.1f} s")
+        rows = [
+            line.split()
+            for line in cluster.slurm("sinfo", "-h", "-N", "-o", "%N %t %G").splitlines()
+        ]
+        assert len({row[0] for row in rows}) == NODES + SPARES
+        assert all(state_ == "idle" and gres == f"gpu:h100:{GPUS}" for _, state_, gres in rows)
+
+        scenario = Scenario(cluster, tmp_path / "scenario")
+        html = tmp_path / "report.html"
+        try:
+            commands = scenario.run(html)
+        finally:
+            print(scenario.figures.values)
+        figures = scenario.figures
+        chain = scenario.chain
+        stops = chain.interruptions()
+        assert [s.cause for s in stops] == ["node_failure", "stall", "infrastructure"], (
+            scenario.chain_text()
+        )
+        requeues = [e for e in chain.events if e.event == "requeue"]
+        assert [e.text("how") for e in requeues] == ["in_job"] * 3, scenario.chain_text()
+        assert chain.job_ids == [scenario.root]
+        # 2. The shared folder: a few operations per node and second, whatever the ranks.
+        assert figures["fs_ops_per_node_s"] <= 3.0, figures.values
+        # 3. to 5.: running again, each time without the node at fault.
+        assert figures["node_lost_s"] <= SANITY_S, scenario.chain_text()
+        assert figures["stall_s"] <= STALL_TIMEOUT + 20, scenario.chain_text()
+        assert figures["crash_s"] <= SANITY_S, scenario.chain_text()
+        starts = [e for e in chain.events if e.event == "start"]
+        for stop, start in zip(stops, starts[1:], strict=True):
+            assert stop.suspect not in scenario.run_nodes(start), scenario.chain_text()
+        assert chain.final is not None and "cancel" in chain.final.detail, scenario.chain_text()
+        # 6. One Slurm call per command, and the report's CPU time.
+        for name, (wall, cpu, calls) in commands.items():
+            print(f"{name}: {wall:.2f} s wall, {cpu:.2f} s CPU, Slurm: {' '.join(calls)}")
+            assert len(calls) == 1, (name, calls)
+            if name.startswith("report"):
+                assert cpu < 2.0, (name, cpu)
+        _look_at(html, tmp_path)
+    assert _daemons_of(state) == []
+
+
+def _look_at(page: Path, folder: Path) -> None:
+    """The report page of 1,024 ranks, in Chromium: drawn, readable, not a row per rank."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        if IN_CI:
+            pytest.fail("CI=true but chromium is missing (scripts/bootstrap.sh installs it)")
+        return
+    text = page.read_text()
+    assert len(text) < 200_000, len(text)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             f"--user-data-dir={folder / 'chromium-profile'}"]  # fmt: skip
+    shot = folder / "report.png"
+    subprocess.run(
+        [browser, *flags, "--window-size=1000,1400", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    width, height, pixels = read_png(shot)
+    assert (width, height) == (1000, 1400)
+    assert len(set(pixels)) > 20
+    if KEEP_SCREENSHOT:
+        shutil.copy(shot, KEEP_SCREENSHOT)
+        shutil.copy(page, Path(KEEP_SCREENSHOT).with_suffix(".html"))
