@@ -6,8 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# debootstrap builds the other releases' Debian roots (scripts/test-other-release.sh).
-PACKAGES=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server numactl shellcheck openssh-server chromium debootstrap)
+# debootstrap builds the other releases' Debian roots (scripts/test-other-release.sh); strace
+# counts the file system calls of the scale test (tests/scale) and of benchmarks/.
+PACKAGES=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server numactl shellcheck openssh-server chromium debootstrap strace)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

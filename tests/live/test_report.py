@@ -221,8 +221,7 @@ def test_html_page_renders_in_chromium(site: Site, preempted: tuple[str, Path, C
     assert "<script" not in text and "http://" not in text.replace(
         'xmlns="http://www.w3.org/2000/svg"', ""
     )
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             f"--user-data-dir={site.folder / 'chromium-profile'}"]  # fmt: skip
+    flags = chromium_flags(site.folder)
     dom = subprocess.run(
         [browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
     )
@@ -232,11 +231,7 @@ def test_html_page_renders_in_chromium(site: Site, preempted: tuple[str, Path, C
         assert f'data-run="{number}" data-job="{job_id}"' in dom.stdout, dom.stdout[:2000]
     assert 'class="interruption"' in dom.stdout
     shot = site.folder / f"report-{root}.png"
-    subprocess.run(
-        [browser, *flags, "--window-size=1000,900", f"--screenshot={shot}", page.as_uri()],
-        capture_output=True, timeout=120, check=True,
-    )  # fmt: skip
-    width, height, pixels = read_png(shot)
+    width, height, pixels = screenshot(browser, page, shot, (1000, 900))
     assert (width, height) == (1000, 900)
     colours = set(pixels)
     non_white = sum(1 for p in pixels if p != (255, 255, 255))
@@ -246,6 +241,24 @@ def test_html_page_renders_in_chromium(site: Site, preempted: tuple[str, Path, C
     if KEEP_SCREENSHOT:
         shutil.copy(shot, KEEP_SCREENSHOT)
         shutil.copy(page, Path(KEEP_SCREENSHOT).with_suffix(".html"))
+
+
+def chromium_flags(folder: Path) -> list[str]:
+    """Headless Chromium, with its profile in ``folder``."""
+    return ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            f"--user-data-dir={folder / 'chromium-profile'}"]  # fmt: skip
+
+
+def screenshot(
+    browser: str, page: Path, shot: Path, size: tuple[int, int]
+) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """``page`` drawn by Chromium into ``shot`` at ``size``: width, height and pixels."""
+    subprocess.run(
+        [browser, *chromium_flags(shot.parent), f"--window-size={size[0]},{size[1]}",
+         f"--screenshot={shot}", page.as_uri()],
+        capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    return read_png(shot)
 
 
 def read_png(path: Path) -> tuple[int, int, list[tuple[int, int, int]]]:

@@ -309,7 +309,7 @@ class Scenario:
         """The whole scenario; the commands' figures (the rest is in :attr:`figures`)."""
         self.launch()
         nodes = self.all_ranks_reporting(0)
-        self.metadata_load(nodes[len(nodes) // 3])
+        self.metadata_load(nodes[max(1, len(nodes) // 3)])  # not the batch host
         self.lose_a_node(nodes)
         self.hang_and_crash()
         self.all_ranks_reporting(3)
@@ -325,8 +325,8 @@ def _pid_of(needle: str, node: str = "", also: str = "") -> int:
             continue
         with contextlib.suppress(OSError):
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if needle not in cmd or also not in cmd:
-                continue
+            if needle not in cmd or also not in cmd or cmd.startswith("srun "):
+                continue  # srun starting the agents names the same arguments
             if node:
                 env = (entry / "environ").read_bytes().split(b"\0")
                 if f"SLURMD_NODENAME={node}".encode() not in env:
