@@ -71,7 +71,8 @@ def test_rank_0_checkpoints_and_finishes_with_the_expected_state(tmp_path: Path)
 def test_a_crash_in_its_run_then_a_resume_ends_with_the_same_state(tmp_path: Path) -> None:
     crashed = run(tmp_path, "--steps", "30", "--crash", "0:0:15", "--crash-text", "NCCL WARN x")
     assert crashed.returncode == 1 and "NCCL WARN x" in crashed.stderr
-    assert lightrank.newest_complete(str(tmp_path / "ckpt")) == 9
+    assert lightrank.newest_complete(str(tmp_path / "ckpt"), 1) == 9
+    assert lightrank.newest_complete(str(tmp_path / "ckpt"), 0) is None  # saved by run 0
     again = run(tmp_path, "--steps", "30", "--crash", "0:0:15", restart=1)
     assert again.returncode == 0, again.stderr
     assert "from step 10" in again.stdout
@@ -82,7 +83,7 @@ def test_a_crash_in_its_run_then_a_resume_ends_with_the_same_state(tmp_path: Pat
 def test_other_ranks_start_after_the_newest_complete_checkpoint(tmp_path: Path) -> None:
     assert run(tmp_path, "--steps", "20", "--crash", "0:0:12").returncode == 1
     (tmp_path / "ckpt" / "step-000000015").mkdir()  # no COMPLETE: not a checkpoint
-    proc = run(tmp_path, "--steps", "12", rank=5)
+    proc = run(tmp_path, "--steps", "12", rank=5, restart=1)
     assert proc.returncode == 0 and proc.stdout == ""
     assert (tmp_path / "progress" / "rank-5").read_text() == "11 n7\n"
     assert not (tmp_path / "progress" / "rank-5.log").exists()
