@@ -22,20 +22,34 @@ def preempt_signal_line(slurm_major: tuple[int, int] | None) -> str:
     return "SlurmctldParameters=preempt_send_user_signal"
 
 
-#: Above this many nodes the sandbox's slurmd get :data:`MANY_NODES_SLURMD_TIMEOUT`.
+#: A sandbox of more than this many nodes on one host is given time and cheap process
+#: tracking (:func:`slurmd_timeout`, :func:`message_timeout`, :func:`proctrack`).
 MANY_NODES = 16
 #: A host that fakes a hundred nodes and starts a thousand processes in a step starves its
 #: slurmd for more than 10 s (measured: 2 of 131 declared failed while 1,024 ranks started on
 #: 2 cores). A node of such a sandbox is set DOWN on purpose, never lost by silence.
 MANY_NODES_SLURMD_TIMEOUT = 120
+#: Seconds a daemon waits for another's answer: Slurm's default, and a big sandbox's (while a
+#: thousand ranks start, a slurmd of such a host answers later than 10 s).
+MESSAGE_TIMEOUT = 10
 MANY_NODES_MESSAGE_TIMEOUT = 60
+
+
+def many_nodes(settings: Settings) -> bool:
+    """Whether the sandbox fakes more nodes than :data:`MANY_NODES` on its one host."""
+    return settings.nodes > MANY_NODES
 
 
 def slurmd_timeout(settings: Settings) -> int:
     """Seconds before Slurm declares a silent node failed."""
-    if settings.nodes > MANY_NODES:
+    if many_nodes(settings):
         return max(settings.slurmd_timeout, MANY_NODES_SLURMD_TIMEOUT)
     return settings.slurmd_timeout
+
+
+def message_timeout(settings: Settings) -> int:
+    """Seconds a Slurm daemon waits for another's answer."""
+    return MANY_NODES_MESSAGE_TIMEOUT if many_nodes(settings) else MESSAGE_TIMEOUT
 
 
 def proctrack(settings: Settings) -> str:
@@ -45,7 +59,7 @@ def proctrack(settings: Settings) -> str:
     is a hundred scans of thousands of processes for each signal, and a signal took 15 s to
     reach the agents of 131 nodes (measured). Process groups cost nothing to find: a rank's
     children stay in its group, and nothing in hpcjobs's jobs leaves its own."""
-    return "proctrack/pgid" if settings.nodes > MANY_NODES else "proctrack/linuxproc"
+    return "proctrack/pgid" if many_nodes(settings) else "proctrack/linuxproc"
 
 
 def slurm_conf(
@@ -91,9 +105,7 @@ def slurm_conf(
         "JobRequeue=1",
         "ReturnToService=2",
         f"SlurmdTimeout={slurmd_timeout(settings)}",
-        # Seconds a daemon waits for another's answer (Slurm's default, 10, unless many nodes:
-        # launching a thousand ranks, a slurmd of such a host answers later than that).
-        f"MessageTimeout={MANY_NODES_MESSAGE_TIMEOUT if settings.nodes > MANY_NODES else 10}",
+        f"MessageTimeout={message_timeout(settings)}",
         f"KillWait={settings.kill_wait}",
         "InactiveLimit=0",
         "MinJobAge=300",

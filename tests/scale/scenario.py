@@ -38,6 +38,7 @@ from hpcjobs.report.progress import read_progress
 from hpcjobs.runner import LocalRunner
 from hpcjobs.runtime import lightrank
 from hpcjobs.runtime.progress import progress_dir
+from tests.live.test_faults import NCCL_IB_ERROR
 from tests.live.waiting import wait_for
 
 BIN = Path(sys.executable).absolute().parent
@@ -50,10 +51,6 @@ STALL_TIMEOUT = 30
 STEP_TIME = 1.0
 #: Steps a run makes before its fault (the hang in run 1, the crash in run 2).
 FAULT_AFTER = 12
-NCCL_IB_ERROR = (
-    "gpu017:2291:2374 [1] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
-    "10.10.1.18<52433> with status=12 opcode=0 len=0 vendor err 129 (Send)"
-)
 #: Slurm's commands, wrapped to count the calls of the read-only commands.
 SLURM_COMMANDS = ("squeue", "sacct", "scontrol", "sinfo", "sbatch", "scancel", "srun", "sstat")
 
@@ -144,14 +141,24 @@ class Scenario:
         argv += ["--gpus-per-node", str(GPUS), "--stall-timeout", str(STALL_TIMEOUT)]
         argv += ["-t", "30:00", "--output-dir", str(self.out), "--", PYTHON, LIGHT_RANK]
         argv += ["--steps", str(10**6), "--step-time", str(STEP_TIME)]
-        argv += ["--hang", f"1:{self.rank_on(self.nodes // 3)}:{FAULT_AFTER}"]
-        argv += ["--crash", f"2:{self.rank_on(2 * self.nodes // 3) + 3}:{FAULT_AFTER}"]
+        argv += ["--hang", f"1:{self.hang_rank}:{FAULT_AFTER}"]
+        argv += ["--crash", f"2:{self.crash_rank}:{FAULT_AFTER}"]
         return [*argv, "--crash-text", NCCL_IB_ERROR]
 
     @staticmethod
     def rank_on(index: int) -> int:
         """A rank on the run's node ``index`` (never the batch host's, index 0)."""
         return GPUS * max(1, index) + 1
+
+    @property
+    def hang_rank(self) -> int:
+        """The rank that hangs in run 1."""
+        return self.rank_on(self.nodes // 3)
+
+    @property
+    def crash_rank(self) -> int:
+        """The rank that crashes in run 2."""
+        return self.rank_on(2 * self.nodes // 3) + 3
 
     def launch(self) -> None:
         self.out.mkdir(parents=True, mode=0o755)
@@ -241,10 +248,7 @@ class Scenario:
     def hang_and_crash(self) -> tuple[str, str]:
         """Runs 1 and 2 end with their faults; the nodes blamed."""
         blamed = []
-        for run, name, rank in (
-            (1, "stall", self.rank_on(self.nodes // 3)),
-            (2, "crash", self.rank_on(2 * self.nodes // 3) + 3),
-        ):
+        for run, name, rank in ((1, "stall", self.hang_rank), (2, "crash", self.crash_rank)):
             # The run may end before every rank reported (run 2 ends the moment its rank
             # crashes): its nodes are the ones it started on.
             began = wait_for(f"run {run} to start", partial(self.start_of, run), 240)
@@ -252,8 +256,8 @@ class Scenario:
             nxt = wait_for(f"run {run + 1} to start", partial(self.start_of, run + 1), 240)
             stopped_at = self.last_report(rank, began.time)
             self.figures[f"{name}_s"] = nxt.time - stopped_at
-            self.figures[f"{name}_hpcjobs_s"] = nxt.time - self.fault(run).time
             fault = self.fault(run)
+            self.figures[f"{name}_hpcjobs_s"] = nxt.time - fault.time
             assert fault.text("node") == nodes[rank // GPUS], self.chain_text()
             blamed.append(nodes[rank // GPUS])
         return blamed[0], blamed[1]
