@@ -111,7 +111,8 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
             type=click.IntRange(1, 2**31 - 1),
             metavar="K",
             help="With -N MIN-MAX: a run takes a multiple of K nodes (a layout that needs whole "
-            "groups of nodes); MIN and MAX must be multiples of K.",
+            "groups of nodes); MIN and MAX must be multiples of K (default: the partition's "
+            "node_multiple, 1).",
         ),
         click.option("--output-dir", help="Folder for logs and records (default: the site's)."),
         click.option("-D", "--chdir", help="Working directory of the job."),

@@ -183,6 +183,9 @@ class Partition(_Model):
     #: Nodes a job holds beyond those it runs on, to replace a failed node within seconds
     #: (a job's --spare-nodes overrides it).
     spare_nodes: NonNegativeInt = 0
+    #: An elastic job's runs take node counts in multiples of this (a job's --node-multiple
+    #: overrides it).
+    node_multiple: PositiveInt = 1
     qos: SafeStr | None = None
     priority_tier: NonNegativeInt | None = None
     preemptible: bool = False

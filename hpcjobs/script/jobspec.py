@@ -434,7 +434,7 @@ def resolve_spec(
     part = site.partition(spec.partition)
     launcher: Launcher = spec.launcher or part.launcher
     gpus = _check_gpus(spec, part)
-    spare = _check_nodes(spec, part, launcher)
+    spare, multiple = _check_nodes(spec, part, launcher)
     time = spec.time or site.slurm.time
     time_s = _check_time(time, part)
     ntasks = _tasks_per_node(spec, launcher, gpus)
@@ -461,7 +461,7 @@ def resolve_spec(
             "partition": part.name,
             "spare_nodes": spare,
             "min_nodes": spec.min_nodes if spec.min_nodes != spec.nodes else None,
-            "node_multiple": spec.node_multiple if (spec.node_multiple or 1) > 1 else None,
+            "node_multiple": multiple if multiple > 1 else None,
             "gpus_per_node": gpus,
             "ntasks_per_node": ntasks,
             "cpus_per_task": cpus,
@@ -488,8 +488,10 @@ def _check_gpus(spec: JobSpec, part: Partition) -> int:
     return gpus
 
 
-def _check_nodes(spec: JobSpec, part: Partition, launcher: str) -> int:
-    """The job's spare nodes, once its nodes and spares fit the partition."""
+def _check_nodes(spec: JobSpec, part: Partition, launcher: str) -> tuple[int, int]:
+    """The job's spare nodes and node multiple, once its nodes and spares fit the partition.
+    The partition's ``node_multiple`` applies to an elastic size only (a fixed one has no
+    sizes to choose from); the job's own applies to any."""
     if spec.nodes > part.max_nodes:
         raise BadInputError(
             f"{spec.nodes} nodes requested, but partition {part.name!r} allows at most "
@@ -502,13 +504,17 @@ def _check_nodes(spec: JobSpec, part: Partition, launcher: str) -> int:
             hint="nodes is the most nodes a run takes and min_nodes the fewest: set nodes to "
             f"{spec.min_nodes} or more, or lower min_nodes (on the command line: -N MIN-MAX)",
         )
-    multiple = spec.node_multiple or 1
+    multiple = spec.node_multiple
+    if multiple is None:
+        multiple = part.node_multiple if spec.elastic else 1
     sizes = [spec.nodes] if spec.min_nodes is None else [spec.min_nodes, spec.nodes]
     if multiple > 1 and any(size % multiple for size in sizes):
+        whose = "" if spec.node_multiple else f" (partition {part.name!r}'s default)"
         raise BadInputError(
-            f"node_multiple {multiple}: the node count {'-'.join(map(str, sizes))} is not made "
-            "of multiples of it",
-            hint=f"ask for multiples of {multiple} nodes (-N {multiple}-{multiple * 2}, say)",
+            f"node_multiple {multiple}{whose}: the node count {'-'.join(map(str, sizes))} is "
+            "not made of multiples of it",
+            hint=f"ask for multiples of {multiple} nodes (-N {multiple}-{multiple * 2}, say)"
+            + ("" if spec.node_multiple else ", or say --node-multiple 1"),
         )
     if spec.elastic and launcher == "none":
         raise BadInputError(
@@ -524,7 +530,7 @@ def _check_nodes(spec: JobSpec, part: Partition, launcher: str) -> int:
             hint=f"ask for at most {part.max_nodes - spec.nodes} spare node(s) "
             "(--spare-nodes), or fewer nodes",
         )
-    return spare
+    return spare, multiple
 
 
 def _check_time(time: str, part: Partition) -> int | None:

@@ -185,8 +185,9 @@ def test_application_error_is_not_requeued(cluster: Cluster) -> None:
 
 def test_kill_during_checkpoint_resumes_from_the_previous_one(cluster: Cluster) -> None:
     # The checkpoint of step 19 hangs half written; a preemption comes and the grace time runs
-    # out, so Slurm kills the job before its script can say anything: the run's standby takes
-    # over, and must use the step-9 checkpoint.
+    # out. The supervisor does not wait for the hung program after Slurm's SIGTERM (TERM_WAIT_S,
+    # well inside KillWait): it logs the preemption and hands the chain to its standby, which
+    # must use the step-9 checkpoint.
     marker = cluster.folder / "saving"
     job = cluster.submit(
         "kill-in-save", "-N", "1", "--gpus-per-node", "1", "-t", "5:00", steps=60,
@@ -202,7 +203,7 @@ def test_kill_during_checkpoint_resumes_from_the_previous_one(cluster: Cluster) 
     stop = stops[0]
     standby = stop.resumed_job_id
     assert standby is not None and standby != job.root
-    assert stop.how.startswith(f"standby job {standby} took over from job {job.root} (")
+    assert stop.how == f"continued as job {standby} (the standby)"
     assert stop.job_id == job.root
     assert stop.progress_at_stop == 19
     assert stop.resumed_from == 9

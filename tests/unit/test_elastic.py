@@ -239,3 +239,39 @@ def test_node_multiple_flag(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, [*argv, "--output-dir", str(tmp_path), "--", "t"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "multiples of 2 nodes" in result.output
+
+
+def _dgx_with(**partition: Any) -> Any:
+    """The dgx-h100-ib site with its default partition's fields changed."""
+    site = load_site("dgx-h100-ib")
+    parts = [
+        p.model_copy(update=partition) if p.name == site.default_partition.name else p
+        for p in site.partitions
+    ]
+    return site.model_copy(update={"partitions": parts})
+
+
+def test_the_partition_gives_an_elastic_job_its_node_multiple() -> None:
+    site = _dgx_with(node_multiple=2)
+    spec = JobSpec(command=["python3", "train.py"], output_dir="/o", nodes=4, min_nodes=2)
+    assert '"node_multiple":2' in render_job(spec, site).script
+    # A fixed size has no sizes to choose from: the default does not apply.
+    fixed = JobSpec(command=["python3", "train.py"], output_dir="/o", nodes=3)
+    assert '"node_multiple":1' in render_job(fixed, site).script
+    # The job's own multiple wins; a range that does not fit the default says whose it is.
+    odd = JobSpec(command=["python3", "train.py"], output_dir="/o", nodes=3, min_nodes=1)
+    assert (
+        '"node_multiple":1' in render_job(odd.model_copy(update={"node_multiple": 1}), site).script
+    )
+    with pytest.raises(BadInputError) as caught:
+        render_job(odd, site)
+    assert "partition" in str(caught.value) and "--node-multiple 1" in (caught.value.hint or "")
+
+
+def test_the_partition_gives_a_job_its_spare_nodes() -> None:
+    site = _dgx_with(spare_nodes=1)
+    spec = JobSpec(command=["python3", "train.py"], output_dir="/o", nodes=2)
+    rendered = render_job(spec, site)
+    assert "--nodes=3" in rendered.sbatch_args and "--no-kill" in rendered.sbatch_args
+    none = render_job(spec.model_copy(update={"spare_nodes": 0}), site)
+    assert "--nodes=2" in none.sbatch_args and "--no-kill" not in none.sbatch_args

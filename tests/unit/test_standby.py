@@ -16,7 +16,7 @@ from hpcjobs.jobs.chain import Chain
 from hpcjobs.runtime.supervisor.eventlog import Event
 from hpcjobs.runtime.supervisor.policy import Policy
 from hpcjobs.runtime.supervisor.slurm import Result
-from hpcjobs.runtime.supervisor.supervise import Stop, Supervisor
+from hpcjobs.runtime.supervisor.supervise import TERM_WAIT_S, Stop, Supervisor
 from tests.eventlines import events_in, kinds, line
 
 
@@ -296,3 +296,27 @@ def test_the_decision_does_not_wait_for_slurm_to_reach_the_agents(tmp_path: Path
     finally:
         answer.set()
         agent.kill()
+
+
+def test_the_decision_does_not_wait_for_a_launcher_still_ending_after_sigterm(
+    tmp_path: Path,
+) -> None:
+    """Slurm kills the job KillWait after its SIGTERM; a step of many nodes can take longer to
+    end. The supervisor stops waiting TERM_WAIT_S after the SIGTERM, so its decision is logged."""
+    sup = _supervisor(tmp_path, FakeSlurm(), FakeClock())
+    ready = tmp_path / "ready"
+    sup.child = subprocess.Popen(["sh", "-c", f"trap '' TERM; touch {ready}; exec sleep 60"])
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sup.term_at = time.monotonic() - TERM_WAIT_S + 0.5
+        started = time.monotonic()
+        assert sup.wait() == 143
+        assert time.monotonic() - started < 2.5 and sup.child.poll() is None
+        # Without a SIGTERM, the wait is the launcher's.
+        sup.term_at = 0.0
+        sup.child.kill()
+        assert sup.wait() == 137
+    finally:
+        sup.child.kill()

@@ -3,7 +3,8 @@
 It reads the node agents' summaries (``node-<node>`` in the chain's progress folder, see
 :mod:`.agent`) once per agent cycle: O(nodes) reads, whatever the number of ranks. A rank whose
 step has not changed for the stall timeout is stalled (:func:`.decide.find_stall`); the run gets
-the warning signal, the grace time to checkpoint, and then its steps are killed.
+the warning signal, the grace time to checkpoint (shorter once a checkpoint is saved,
+:func:`.windup.end_step`), and then its steps are killed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 
 from .agent import read_summary
 from .decide import Stall, find_stall, judged_rank
-from .windup import end_step
+from .windup import EARLIER, end_step
 
 #: A summary this many agent cycles old (plus a margin) no longer counts: its node's ranks are
 #: not judged until their agent writes again.
@@ -38,6 +39,7 @@ class StallWatch:
         child: subprocess.Popen[bytes],
         log: Callable[[str], None],
         kill_steps: Callable[[], None],
+        checkpoints: str = "",
     ) -> None:
         self.folder = folder
         self.job = job
@@ -48,6 +50,8 @@ class StallWatch:
         self.child = child
         self.log = log
         self.kill_steps = kill_steps
+        #: The checkpoint folder: a checkpoint saved there after the warning ends the grace.
+        self.checkpoints = checkpoints
         #: What the watch found: (the suspect node, "" when nobody is blamed; the stall).
         self.found: tuple[str, Stall] | None = None
         self._stop = threading.Event()
@@ -113,12 +117,13 @@ class StallWatch:
             self.log(
                 f"stall: rank {found.rank} and {found.tied} other rank(s) have been at step "
                 f"{found.step} for {found.idle} s (tied: no node is blamed); sending {warning}, "
-                f"ending the step in {self.grace} s"
+                f"ending the step in {self.grace} s{EARLIER}"
             )
         else:
             where = f" (node {node})" if node else ""
             self.log(
                 f"stall: rank {found.rank} has been at step {found.step} for {found.idle} s"
-                f"{where}; sending {warning}, ending the step in {self.grace} s"
+                f"{where}; sending {warning}, ending the step in {self.grace} s{EARLIER}"
             )
-        end_step(self.child, self.warning, self.grace, self._stop, self.kill_steps)
+        child, stop, kill = self.child, self._stop, self.kill_steps
+        end_step(child, self.warning, self.grace, stop, kill, self.checkpoints, self.log)

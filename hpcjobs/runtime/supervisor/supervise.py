@@ -51,6 +51,7 @@ from .slurm import Slurm, field, line_value
 from .srunlog import failed_hostlists, first_failure, has_node_failure
 from .stall import StallWatch
 from .successor import ENV_GROW_FOR, ENV_STANDBY_FOR, successor_args, successor_env
+from .windup import newest_checkpoint
 
 #: At most this much of the job's stderr is read to classify a run's end.
 STDERR_LIMIT = 16 * 1024 * 1024
@@ -81,6 +82,11 @@ GROW_WAIT_MARGIN_S = 60
 #: How long the agents get to write once more and clean up (an agent on a dead node never
 #: answers: its srun is killed then).
 AGENTS_STOP_S = 5
+
+#: How long the supervisor waits for the launcher after a SIGTERM before it decides anyway.
+#: Slurm kills the whole job KillWait (30 s by default) after its SIGTERM, and a step of many
+#: nodes can take longer than that to end: the decision must be logged before.
+TERM_WAIT_S = 3
 
 
 class Stop(Exception):
@@ -190,6 +196,8 @@ class Supervisor:
         self.claimed = ""
         self.signal_seen = ""
         self.signal_logged = False
+        #: When SIGTERM came (monotonic; 0: not yet).
+        self.term_at = 0.0
         self.waiting = False
         self.child: subprocess.Popen[bytes] | None = None
         self.agents: subprocess.Popen[bytes] | None = None
@@ -230,12 +238,7 @@ class Supervisor:
             self.log(f"could not write the event log: {exc}")
 
     def latest_step(self) -> int:
-        best = -1
-        for path in glob.glob(os.path.join(glob.escape(self.ckpt_dir), "step-*")):
-            name = os.path.basename(path)[len("step-") :]
-            if name.isdecimal() and os.path.isfile(os.path.join(path, "COMPLETE")):
-                best = max(best, int(name))
-        return best
+        return newest_checkpoint(self.ckpt_dir).step
 
     def progress(self) -> int:
         try:
@@ -305,6 +308,8 @@ class Supervisor:
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         name = signal.Signals(signum).name[3:]
+        if name == "TERM":
+            self.term_at = self.term_at or time.monotonic()
         if name == "TERM" and self.policy.signal != "TERM":
             self.signal_seen = self.signal_seen or "term"
         else:
@@ -366,19 +371,28 @@ class Supervisor:
                 self.child,
                 self.log,
                 self.kill_steps,
+                self.ckpt_dir,
             )
             self.watch.start()
         self.watch_grower()
 
     def wait(self) -> int:
+        """The launcher's exit code; once a SIGTERM came, at most :data:`TERM_WAIT_S` later
+        (128 + SIGTERM while the launcher still winds down: Slurm ends it)."""
         assert self.child is not None
         self.waiting = True
         while True:
             try:
-                rc = self.child.wait()
+                rc = self.child.wait(timeout=0.5)
                 break
-            except InterruptedError:  # pragma: no cover - Python retries by itself
-                continue
+            except subprocess.TimeoutExpired:
+                if self.term_at and time.monotonic() - self.term_at >= TERM_WAIT_S:
+                    self.log(
+                        f"the launcher is still ending {TERM_WAIT_S} s after SIGTERM; deciding "
+                        "now (Slurm ends the job)"
+                    )
+                    rc = -signal.SIGTERM
+                    break
         self.waiting = False
         return 128 - rc if rc < 0 else rc
 
@@ -1086,6 +1100,7 @@ class Supervisor:
             self.child,
             self.log,
             self.kill_steps,
+            checkpoints=self.ckpt_dir,
         )
         self.grow_watch.start()
 
@@ -1403,8 +1418,15 @@ class Supervisor:
             detail += f" released={','.join(released)} (at most {limit} excluded)"
         self.event("exclude", cause, detail, nodes=kept, released=released, limit=limit)
         message = f"excluding {','.join(kept) or 'no node'} from later runs"
-        if released:
-            message += f"; no longer excluding {' '.join(released)}"
+        dropped = [n for n in released if n not in nodes]
+        refused = [n for n in released if n in nodes]
+        if dropped:
+            message += f"; no longer excluding {' '.join(dropped)}"
+        if refused:
+            message += (
+                f"; not excluding {' '.join(refused)}: at most {limit} node(s) may be excluded "
+                "(the chain's jobs need the rest of the partition)"
+            )
         self.log(message)
 
     def healthy(self, node: str) -> bool:

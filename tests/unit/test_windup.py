@@ -1,0 +1,97 @@
+"""Ending a run's step from a watch: the grace, shortened by a checkpoint saved after the
+warning (hpcjobs.runtime.supervisor.windup)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from hpcjobs.runtime.checkpoint import CheckpointDir
+from hpcjobs.runtime.supervisor.windup import (
+    AFTER_SAVE_S,
+    NO_CHECKPOINT,
+    end_step,
+    newest_checkpoint,
+)
+
+
+def _ignoring_warning(tmp_path: Path) -> subprocess.Popen[bytes]:
+    """A launcher that ignores the warning signal, as a step with a hung rank does."""
+    ready = tmp_path / "ready"
+    child = subprocess.Popen(["sh", "-c", f"trap '' USR2; touch {ready}; exec sleep 60"])
+    deadline = time.monotonic() + 20
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return child
+
+
+def test_the_newest_complete_checkpoint_and_the_same_step_saved_again(tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    assert newest_checkpoint(str(folder)) == NO_CHECKPOINT  # no folder
+    assert newest_checkpoint("") == NO_CHECKPOINT
+    ckpt = CheckpointDir(folder, keep=5)
+    for step in (3, 12):
+        with ckpt.save(step) as tmp:
+            (tmp / "state").write_text(str(step))
+    (folder / "step-000000099").mkdir()  # no COMPLETE: not a checkpoint
+    (folder / "step-x").mkdir()
+    first = newest_checkpoint(str(folder))
+    assert first.step == 12
+    with ckpt.save(12) as tmp:  # the same step again: a new marker
+        (tmp / "state").write_text("again")
+    assert newest_checkpoint(str(folder)).step == 12
+    assert newest_checkpoint(str(folder)) != first
+
+
+def test_a_checkpoint_saved_after_the_warning_ends_the_grace(tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    ckpt = CheckpointDir(folder, keep=3)
+    with ckpt.save(1) as tmp:
+        (tmp / "state").write_text("1")
+    child = _ignoring_warning(tmp_path)
+    killed: list[float] = []
+
+    def kill() -> None:
+        killed.append(time.monotonic())
+        child.kill()
+
+    def save() -> None:
+        time.sleep(1.0)
+        with ckpt.save(2) as tmp:
+            (tmp / "state").write_text("2")
+
+    saver = threading.Thread(target=save)
+    started = time.monotonic()
+    saver.start()
+    try:
+        logged: list[str] = []
+        assert end_step(child, "USR2", 30, threading.Event(), kill, str(folder), logged.append)
+        assert logged == [
+            f"checkpoint step 2 saved after the warning; ending the step in {AFTER_SAVE_S:g} s"
+        ]
+        # Saved about 1 s in, then AFTER_SAVE_S for the steps to exit: far from the 30 s.
+        assert killed and killed[0] - started < 1.0 + AFTER_SAVE_S + 2.5
+    finally:
+        saver.join()
+        child.kill()
+
+
+def test_without_a_new_checkpoint_the_whole_grace_runs(tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    with CheckpointDir(folder, keep=3).save(1) as tmp:
+        (tmp / "state").write_text("1")
+    child = _ignoring_warning(tmp_path)
+    killed: list[float] = []
+
+    def kill() -> None:
+        killed.append(time.monotonic())
+        child.kill()
+
+    started = time.monotonic()
+    try:
+        assert not end_step(child, "USR2", 2, threading.Event(), kill, str(folder))
+        assert killed and killed[0] - started >= 2
+    finally:
+        child.kill()
