@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hpcjobs.runtime.checkpoint import CheckpointDir
@@ -27,6 +28,25 @@ def _ignoring_warning(tmp_path: Path) -> subprocess.Popen[bytes]:
     return child
 
 
+def _step_with_a_checkpoint(
+    tmp_path: Path,
+) -> tuple[Path, CheckpointDir, subprocess.Popen[bytes], list[float], Callable[[], None]]:
+    """A checkpoint folder holding step 1, a launcher ignoring the warning, and a kill_steps
+    that records when it ran (and kills the launcher)."""
+    folder = tmp_path / "ckpt"
+    ckpt = CheckpointDir(folder, keep=3)
+    with ckpt.save(1) as tmp:
+        (tmp / "state").write_text("1")
+    child = _ignoring_warning(tmp_path)
+    killed: list[float] = []
+
+    def kill() -> None:
+        killed.append(time.monotonic())
+        child.kill()
+
+    return folder, ckpt, child, killed, kill
+
+
 def test_the_newest_complete_checkpoint_and_the_same_step_saved_again(tmp_path: Path) -> None:
     folder = tmp_path / "ckpt"
     assert newest_checkpoint(str(folder)) == NO_CHECKPOINT  # no folder
@@ -46,16 +66,7 @@ def test_the_newest_complete_checkpoint_and_the_same_step_saved_again(tmp_path: 
 
 
 def test_a_checkpoint_saved_after_the_warning_ends_the_grace(tmp_path: Path) -> None:
-    folder = tmp_path / "ckpt"
-    ckpt = CheckpointDir(folder, keep=3)
-    with ckpt.save(1) as tmp:
-        (tmp / "state").write_text("1")
-    child = _ignoring_warning(tmp_path)
-    killed: list[float] = []
-
-    def kill() -> None:
-        killed.append(time.monotonic())
-        child.kill()
+    folder, ckpt, child, killed, kill = _step_with_a_checkpoint(tmp_path)
 
     def save() -> None:
         time.sleep(1.0)
@@ -79,16 +90,7 @@ def test_a_checkpoint_saved_after_the_warning_ends_the_grace(tmp_path: Path) -> 
 
 
 def test_without_a_new_checkpoint_the_whole_grace_runs(tmp_path: Path) -> None:
-    folder = tmp_path / "ckpt"
-    with CheckpointDir(folder, keep=3).save(1) as tmp:
-        (tmp / "state").write_text("1")
-    child = _ignoring_warning(tmp_path)
-    killed: list[float] = []
-
-    def kill() -> None:
-        killed.append(time.monotonic())
-        child.kill()
-
+    folder, _ckpt, child, killed, kill = _step_with_a_checkpoint(tmp_path)
     started = time.monotonic()
     try:
         assert not end_step(child, "USR2", 2, threading.Event(), kill, str(folder))
