@@ -4,6 +4,7 @@ tests/live/test_faults.py and test_cancel.py run the same paths on a real Slurm)
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
 import time
@@ -320,3 +321,25 @@ def test_the_decision_does_not_wait_for_a_launcher_still_ending_after_sigterm(
         assert sup.wait() == 137
     finally:
         sup.child.kill()
+
+
+def test_a_site_that_warns_with_sigterm_keeps_its_whole_lead(tmp_path: Path) -> None:
+    """Where the warning signal is TERM, a SIGTERM is the warning: the program gets its lead
+    time to checkpoint, and the supervisor waits for it."""
+    sup = _supervisor(tmp_path, FakeSlurm(), FakeClock())
+    sup.policy = Policy(signal="TERM")
+    sup._on_signal(signal.SIGTERM, None)
+    assert sup.term_at == 0.0 and sup.signal_seen == "warning"
+    plain = _supervisor(tmp_path, FakeSlurm(), FakeClock())
+    plain._on_signal(signal.SIGTERM, None)
+    assert plain.term_at > 0 and plain.signal_seen == "term"
+
+
+def test_the_job_ends_only_with_its_launcher(tmp_path: Path) -> None:
+    """After an early decision the supervisor still waits for the launcher: the job (and the
+    dependency of its successor) ends with it."""
+    sup = _supervisor(tmp_path, FakeSlurm(), FakeClock())
+    sup.child = subprocess.Popen(["sleep", "1"])
+    started = time.monotonic()
+    sup.launcher_ended()
+    assert sup.child.poll() == 0 and time.monotonic() - started >= 0.5

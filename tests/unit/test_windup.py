@@ -97,3 +97,25 @@ def test_without_a_new_checkpoint_the_whole_grace_runs(tmp_path: Path) -> None:
         assert killed and killed[0] - started >= 2
     finally:
         child.kill()
+
+
+def test_a_late_save_of_an_older_step_does_not_end_the_grace(tmp_path: Path) -> None:
+    """A periodic save that started before the warning and finishes after it is not the
+    warning's save: the program had reached step 10, the checkpoint is of step 5."""
+    folder, ckpt, child, killed, kill = _step_with_a_checkpoint(tmp_path)
+    ckpt.note_progress(10)
+
+    def save() -> None:
+        time.sleep(0.5)
+        with ckpt.save(5) as tmp:
+            (tmp / "state").write_text("5")
+
+    saver = threading.Thread(target=save)
+    started = time.monotonic()
+    saver.start()
+    try:
+        assert not end_step(child, "USR2", 2.5, threading.Event(), kill, str(folder))
+        assert killed and killed[0] - started >= 2.5
+    finally:
+        saver.join()
+        child.kill()

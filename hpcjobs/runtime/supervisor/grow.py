@@ -19,7 +19,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 
-from .windup import EARLIER, end_step
+from .windup import end_step
 
 #: How often a run below its full size looks for its grower's marker.
 POLL_S = 5.0
@@ -50,7 +50,6 @@ class GrowWatch:
         log: Callable[[str], None],
         kill_steps: Callable[[], None],
         every: float | None = None,
-        checkpoints: str = "",
     ) -> None:
         self.grower = grower
         self.ready = ready
@@ -64,8 +63,6 @@ class GrowWatch:
         self.log = log
         self.kill_steps = kill_steps
         self.every = POLL_S if every is None else every
-        #: The checkpoint folder: a checkpoint saved there after the warning ends the grace.
-        self.checkpoints = checkpoints
         #: Set once this run claimed the move and was told to make way for the grower.
         self.started = threading.Event()
         self._stop = threading.Event()
@@ -111,7 +108,6 @@ class GrowWatch:
         warning = "SIG" + self.warning
         self.log(
             f"job {self.grower} holds the nodes for a larger run; sending {warning} so that "
-            f"this run checkpoints and hands over (its steps end in {self.grace} s{EARLIER})"
+            f"this run checkpoints and hands over (its steps end in {self.grace} s)"
         )
-        child, stop, kill = self.child, self._stop, self.kill_steps
-        end_step(child, self.warning, self.grace, stop, kill, self.checkpoints, self.log)
+        end_step(self.child, self.warning, self.grace, self._stop, self.kill_steps)

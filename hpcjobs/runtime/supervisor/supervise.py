@@ -51,7 +51,7 @@ from .slurm import Slurm, field, line_value
 from .srunlog import failed_hostlists, first_failure, has_node_failure
 from .stall import StallWatch
 from .successor import ENV_GROW_FOR, ENV_STANDBY_FOR, successor_args, successor_env
-from .windup import newest_checkpoint
+from .windup import newest_checkpoint, progress_step
 
 #: At most this much of the job's stderr is read to classify a run's end.
 STDERR_LIMIT = 16 * 1024 * 1024
@@ -241,12 +241,7 @@ class Supervisor:
         return newest_checkpoint(self.ckpt_dir).step
 
     def progress(self) -> int:
-        try:
-            with open(os.path.join(self.ckpt_dir, "PROGRESS")) as handle:
-                value = handle.read().strip()
-        except OSError:
-            return -1
-        return int(value) if value.isdecimal() else -1
+        return progress_step(self.ckpt_dir)
 
     def position(self) -> Position:
         """Where the program is: the ``checkpoint`` and ``progress`` fields of a requeue."""
@@ -282,6 +277,7 @@ class Supervisor:
             while code is None:  # a fault this job recovers from on its remaining nodes
                 self.relaunch()
                 code = self.finish(self.wait())
+            self.launcher_ended()
             return code
         except Exception as exc:
             return self.crashed(exc)
@@ -308,9 +304,9 @@ class Supervisor:
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         name = signal.Signals(signum).name[3:]
-        if name == "TERM":
-            self.term_at = self.term_at or time.monotonic()
         if name == "TERM" and self.policy.signal != "TERM":
+            # Slurm ending the job (not the warning: a site may warn with TERM).
+            self.term_at = self.term_at or time.monotonic()
             self.signal_seen = self.signal_seen or "term"
         else:
             self.signal_seen = "warning"
@@ -377,8 +373,10 @@ class Supervisor:
         self.watch_grower()
 
     def wait(self) -> int:
-        """The launcher's exit code; once a SIGTERM came, at most :data:`TERM_WAIT_S` later
-        (128 + SIGTERM while the launcher still winds down: Slurm ends it)."""
+        """The launcher's exit code; once Slurm's SIGTERM came, at most :data:`TERM_WAIT_S`
+        later (128 + SIGTERM while the launcher still winds down): the decision is logged
+        before KillWait runs out, and :meth:`launcher_ended` waits for the rest. Not while the
+        run hands over to a grower: the handover's checkpoint comes first."""
         assert self.child is not None
         self.waiting = True
         while True:
@@ -386,7 +384,8 @@ class Supervisor:
                 rc = self.child.wait(timeout=0.5)
                 break
             except subprocess.TimeoutExpired:
-                if self.term_at and time.monotonic() - self.term_at >= TERM_WAIT_S:
+                moving = self.grow_watch is not None and self.grow_watch.started.is_set()
+                if self.term_at and not moving and time.monotonic() - self.term_at >= TERM_WAIT_S:
                     self.log(
                         f"the launcher is still ending {TERM_WAIT_S} s after SIGTERM; deciding "
                         "now (Slurm ends the job)"
@@ -395,6 +394,20 @@ class Supervisor:
                     break
         self.waiting = False
         return 128 - rc if rc < 0 else rc
+
+    def launcher_ended(self) -> None:
+        """Wait for a launcher still ending after the decision (:meth:`wait`): the job, and
+        so the dependency of the job that continues the chain, ends only with it, and the
+        program keeps its time to finish a checkpoint until Slurm's KillWait."""
+        child = self.child
+        if child is None or child.poll() is not None:
+            return
+        while True:
+            try:
+                child.wait()
+                return
+            except InterruptedError:  # pragma: no cover - Python retries by itself
+                continue
 
     # ---- begin --------------------------------------------------------------------------------
 
@@ -1100,7 +1113,6 @@ class Supervisor:
             self.child,
             self.log,
             self.kill_steps,
-            checkpoints=self.ckpt_dir,
         )
         self.grow_watch.start()
 
@@ -1309,8 +1321,11 @@ class Supervisor:
         return True
 
     def relaunch(self) -> None:
-        """The next run, inside this job, on the nodes :meth:`take_nodes` chose."""
-        self.signal_seen, self.signal_logged = "", False
+        """The next run, inside this job, on the nodes :meth:`take_nodes` chose. A SIGTERM
+        from Slurm that came during the recovery stays seen: the next run ends at once."""
+        if not self.term_at:
+            self.signal_seen = ""
+        self.signal_logged = False
         self.agents_asking, self.agents_asked = None, False
         with self.grow_lock:
             self.finishing = False
@@ -1423,9 +1438,10 @@ class Supervisor:
         if dropped:
             message += f"; no longer excluding {' '.join(dropped)}"
         if refused:
+            tight = room is not None and room < self.policy.max_excluded
+            why = " (the chain's jobs need the rest of the partition)" if tight else ""
             message += (
-                f"; not excluding {' '.join(refused)}: at most {limit} node(s) may be excluded "
-                "(the chain's jobs need the rest of the partition)"
+                f"; not excluding {' '.join(refused)}: at most {limit} node(s) may be excluded{why}"
             )
         self.log(message)
 

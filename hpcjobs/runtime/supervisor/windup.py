@@ -1,11 +1,12 @@
 """Ending a run's step from a watch (the stall watch, the grow watch): the program's warning
 signal, the grace time to checkpoint, then the steps killed. One way, for both.
 
-The grace ends early once the program has saved: when the newest complete checkpoint in the
-checkpoint folder (:func:`newest_checkpoint`) changes after the warning, the steps get
-:data:`AFTER_SAVE_S` more seconds to exit by themselves. A stalled run does not wait out the
-whole grace for the ranks that hang, and a program that keeps its checkpoints elsewhere gets the
-whole grace, as before."""
+For a stall, the grace ends early once the program has saved: when a complete checkpoint at
+or past the step the program had reached at the warning (its ``PROGRESS``) is newer than the
+one there was (:func:`newest_checkpoint`), the steps get :data:`AFTER_SAVE_S` more seconds to
+exit by themselves. A hung rank cannot act on the warning, so the grace would otherwise always
+run out; a program that keeps its checkpoints elsewhere gets the whole grace. The grow watch
+does not end early: its program is healthy and exits by itself once it has saved."""
 
 from __future__ import annotations
 
@@ -63,6 +64,16 @@ def newest_checkpoint(folder: str) -> Mark:
     return best
 
 
+def progress_step(folder: str) -> int:
+    """The step in the checkpoint folder's ``PROGRESS`` file (-1: none)."""
+    try:
+        with open(os.path.join(folder, "PROGRESS")) as handle:
+            value = handle.read().strip()
+    except OSError:
+        return -1
+    return int(value) if value.isdecimal() else -1
+
+
 def end_step(
     child: subprocess.Popen[bytes],
     warning: str,
@@ -74,11 +85,13 @@ def end_step(
 ) -> bool:
     """Send ``child`` (the launcher) SIG``warning``; once ``grace`` seconds have passed with the
     step still there, kill the job's steps (``kill_steps``) and, 3 s later, the launcher. A
-    checkpoint completed in ``checkpoints`` (the folder) after the warning shortens the grace to
+    checkpoint completed in ``checkpoints`` (the folder) after the warning, at or past the
+    program's progress then (not a save of an older step finishing late), shortens the grace to
     :data:`AFTER_SAVE_S` from then (said through ``log``). The waits end early once the step is
     gone or ``stop`` is set (the decision waits for them). Whether the grace ended early on a
     checkpoint."""
     before = newest_checkpoint(checkpoints)
+    reached = progress_step(checkpoints) if checkpoints else -1
     with contextlib.suppress(OSError):
         child.send_signal(getattr(signal, "SIG" + warning))
     deadline = time.monotonic() + grace
@@ -90,7 +103,7 @@ def end_step(
         if checkpoints and not saved and time.monotonic() >= look:
             look = time.monotonic() + LOOK_S
             newest = newest_checkpoint(checkpoints)
-            if newest != before:
+            if newest != before and newest.step >= max(before.step, reached):
                 saved = True
                 deadline = min(deadline, time.monotonic() + AFTER_SAVE_S)
                 if log is not None:
