@@ -47,6 +47,19 @@ def _step_with_a_checkpoint(
     return folder, ckpt, child, killed, kill
 
 
+def _save_later(ckpt: CheckpointDir, step: int, delay: float) -> threading.Thread:
+    """Save ``step`` ``delay`` seconds from now, from a thread (started)."""
+
+    def save() -> None:
+        time.sleep(delay)
+        with ckpt.save(step) as tmp:
+            (tmp / "state").write_text(str(step))
+
+    saver = threading.Thread(target=save)
+    saver.start()
+    return saver
+
+
 def test_the_newest_complete_checkpoint_and_the_same_step_saved_again(tmp_path: Path) -> None:
     folder = tmp_path / "ckpt"
     assert newest_checkpoint(str(folder)) == NO_CHECKPOINT  # no folder
@@ -68,14 +81,8 @@ def test_the_newest_complete_checkpoint_and_the_same_step_saved_again(tmp_path: 
 def test_a_checkpoint_saved_after_the_warning_ends_the_grace(tmp_path: Path) -> None:
     folder, ckpt, child, killed, kill = _step_with_a_checkpoint(tmp_path)
 
-    def save() -> None:
-        time.sleep(1.0)
-        with ckpt.save(2) as tmp:
-            (tmp / "state").write_text("2")
-
-    saver = threading.Thread(target=save)
+    saver = _save_later(ckpt, 2, 1.0)
     started = time.monotonic()
-    saver.start()
     try:
         logged: list[str] = []
         assert end_step(child, "USR2", 30, threading.Event(), kill, str(folder), logged.append)
@@ -105,14 +112,8 @@ def test_a_late_save_of_an_older_step_does_not_end_the_grace(tmp_path: Path) -> 
     folder, ckpt, child, killed, kill = _step_with_a_checkpoint(tmp_path)
     ckpt.note_progress(10)
 
-    def save() -> None:
-        time.sleep(0.5)
-        with ckpt.save(5) as tmp:
-            (tmp / "state").write_text("5")
-
-    saver = threading.Thread(target=save)
+    saver = _save_later(ckpt, 5, 0.5)
     started = time.monotonic()
-    saver.start()
     try:
         assert not end_step(child, "USR2", 2.5, threading.Event(), kill, str(folder))
         assert killed and killed[0] - started >= 2.5
