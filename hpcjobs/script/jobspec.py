@@ -509,12 +509,13 @@ def _check_nodes(spec: JobSpec, part: Partition, launcher: str) -> tuple[int, in
         multiple = part.node_multiple if spec.elastic else 1
     sizes = [spec.nodes] if spec.min_nodes is None else [spec.min_nodes, spec.nodes]
     if multiple > 1 and any(size % multiple for size in sizes):
-        whose = "" if spec.node_multiple else f" (partition {part.name!r}'s default)"
+        own = spec.node_multiple is not None
+        whose = "" if own else f" (partition {part.name!r}'s default)"
         raise BadInputError(
             f"node_multiple {multiple}{whose}: the node count {'-'.join(map(str, sizes))} is "
             "not made of multiples of it",
             hint=f"ask for multiples of {multiple} nodes (-N {multiple}-{multiple * 2}, say)"
-            + ("" if spec.node_multiple else ", or say --node-multiple 1"),
+            + ("" if own else ", or say --node-multiple 1"),
         )
     if spec.elastic and launcher == "none":
         raise BadInputError(

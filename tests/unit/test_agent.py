@@ -22,6 +22,7 @@ from hpcjobs.runtime.supervisor.agent import (
     split_history,
 )
 from hpcjobs.runtime.supervisor.stall import StallWatch
+from tests.unit.test_windup import launcher_ignoring
 
 
 @pytest.fixture
@@ -245,11 +246,7 @@ def test_the_watch_looks_again_when_a_rank_would_pass_the_timeout(tmp_path: Path
 def test_closing_the_watch_ends_its_grace_and_kill_waits_at_once(tmp_path: Path) -> None:
     """The decision waits for the watch (close): once the step is gone, neither the grace time
     nor the wait after killing the steps may hold it."""
-    ready = tmp_path / "ready"
-    child_ignores = subprocess.Popen(["sh", "-c", f"trap '' USR2; touch {ready}; exec sleep 60"])
-    deadline = time.monotonic() + 20
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)  # the warning must find it ignoring the signal
+    child_ignores = launcher_ignoring(tmp_path)  # the warning must find it ignoring it
     _summary(tmp_path, "n2", "5", {3: (9, 30.0)})
     killed: list[bool] = []
     watch = StallWatch(

@@ -19,6 +19,7 @@ from hpcjobs.runtime.supervisor.policy import Policy
 from hpcjobs.runtime.supervisor.slurm import Result
 from hpcjobs.runtime.supervisor.supervise import TERM_WAIT_S, Stop, Supervisor
 from tests.eventlines import events_in, kinds, line
+from tests.unit.test_windup import launcher_ignoring
 
 
 class FakeClock:
@@ -305,12 +306,8 @@ def test_the_decision_does_not_wait_for_a_launcher_still_ending_after_sigterm(
     """Slurm kills the job KillWait after its SIGTERM; a step of many nodes can take longer to
     end. The supervisor stops waiting TERM_WAIT_S after the SIGTERM, so its decision is logged."""
     sup = _supervisor(tmp_path, FakeSlurm(), FakeClock())
-    ready = tmp_path / "ready"
-    sup.child = subprocess.Popen(["sh", "-c", f"trap '' TERM; touch {ready}; exec sleep 60"])
+    sup.child = launcher_ignoring(tmp_path, "TERM")
     try:
-        deadline = time.monotonic() + 20
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
         sup.term_at = time.monotonic() - TERM_WAIT_S + 0.5
         started = time.monotonic()
         assert sup.wait() == 143

@@ -18,10 +18,11 @@ from hpcjobs.runtime.supervisor.windup import (
 )
 
 
-def _ignoring_warning(tmp_path: Path) -> subprocess.Popen[bytes]:
-    """A launcher that ignores the warning signal, as a step with a hung rank does."""
-    ready = tmp_path / "ready"
-    child = subprocess.Popen(["sh", "-c", f"trap '' USR2; touch {ready}; exec sleep 60"])
+def launcher_ignoring(tmp_path: Path, name: str = "USR2") -> subprocess.Popen[bytes]:
+    """A launcher that ignores SIG``name`` (the warning: as a step with a hung rank does),
+    once it does."""
+    ready = tmp_path / f"ignoring-{name}"
+    child = subprocess.Popen(["sh", "-c", f"trap '' {name}; touch {ready}; exec sleep 60"])
     deadline = time.monotonic() + 20
     while not ready.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -37,7 +38,7 @@ def _step_with_a_checkpoint(
     ckpt = CheckpointDir(folder, keep=3)
     with ckpt.save(1) as tmp:
         (tmp / "state").write_text("1")
-    child = _ignoring_warning(tmp_path)
+    child = launcher_ignoring(tmp_path)
     killed: list[float] = []
 
     def kill() -> None:

@@ -125,5 +125,12 @@ class StallWatch:
                 f"stall: rank {found.rank} has been at step {found.step} for {found.idle} s"
                 f"{where}; sending {warning}, ending the step in {self.grace} s{EARLIER}"
             )
-        child, stop, kill = self.child, self._stop, self.kill_steps
-        end_step(child, self.warning, self.grace, stop, kill, self.checkpoints, self.log)
+        end_step(
+            self.child,
+            self.warning,
+            self.grace,
+            self._stop,
+            self.kill_steps,
+            self.checkpoints,
+            self.log,
+        )

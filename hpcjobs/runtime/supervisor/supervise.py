@@ -399,15 +399,8 @@ class Supervisor:
         """Wait for a launcher still ending after the decision (:meth:`wait`): the job, and
         so the dependency of the job that continues the chain, ends only with it, and the
         program keeps its time to finish a checkpoint until Slurm's KillWait."""
-        child = self.child
-        if child is None or child.poll() is not None:
-            return
-        while True:
-            try:
-                child.wait()
-                return
-            except InterruptedError:  # pragma: no cover - Python retries by itself
-                continue
+        if self.child is not None:
+            self.child.wait()
 
     # ---- begin --------------------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ def newest_checkpoint(folder: str) -> Mark:
         return best
     for name in entries:
         number = name[len("step-") :]
-        if not name.startswith("step-") or not number.isdecimal() or int(number) < best[0]:
+        if not name.startswith("step-") or not number.isdecimal() or int(number) < best.step:
             continue
         try:
             marker = os.stat(os.path.join(folder, name, "COMPLETE"))
@@ -65,7 +65,9 @@ def newest_checkpoint(folder: str) -> Mark:
 
 
 def progress_step(folder: str) -> int:
-    """The step in the checkpoint folder's ``PROGRESS`` file (-1: none)."""
+    """The step in the checkpoint folder's ``PROGRESS`` file (-1: none, or no folder)."""
+    if not folder:
+        return -1
     try:
         with open(os.path.join(folder, "PROGRESS")) as handle:
             value = handle.read().strip()
@@ -91,7 +93,7 @@ def end_step(
     gone or ``stop`` is set (the decision waits for them). Whether the grace ended early on a
     checkpoint."""
     before = newest_checkpoint(checkpoints)
-    reached = progress_step(checkpoints) if checkpoints else -1
+    reached = progress_step(checkpoints)
     with contextlib.suppress(OSError):
         child.send_signal(getattr(signal, "SIG" + warning))
     deadline = time.monotonic() + grace
