@@ -510,7 +510,7 @@ def _check_nodes(spec: JobSpec, part: Partition, launcher: str) -> tuple[int, in
     sizes = [spec.nodes] if spec.min_nodes is None else [spec.min_nodes, spec.nodes]
     if multiple > 1 and any(size % multiple for size in sizes):
         own = spec.node_multiple is not None
-        whose = "" if own else f" (partition {part.name!r}'s default)"
+        whose = "" if own else f" (the default of partition {part.name!r})"
         raise BadInputError(
             f"node_multiple {multiple}{whose}: the node count {'-'.join(map(str, sizes))} is "
             "not made of multiples of it",
