@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -52,6 +53,8 @@ STEP_TIME = 1.0
 #: Steps a run makes before its fault (the hang in run 1, the crash in run 2).
 FAULT_AFTER = 12
 #: Slurm's commands, wrapped to count the calls of the read-only commands.
+#: srun's line per node of the tasks a kill or a signal ended (hundreds per run).
+TASKS_ENDED = re.compile(r": tasks? [0-9,-]+: [A-Za-z ]+$")
 SLURM_COMMANDS = ("squeue", "sacct", "scontrol", "sinfo", "sbatch", "scancel", "srun", "sstat")
 
 
@@ -265,6 +268,24 @@ class Scenario:
     def chain_text(self) -> str:
         return chain_file(self.out, self.root).read_text()[-4000:]
 
+    def diagnostics(self) -> str:
+        """What a failed scenario leaves to read: the chain's events (progress aside), the
+        supervisor's lines of the job's output, and srun's and Slurm's lines other than the
+        tasks each kill ended (the folder is gone once a CI machine is)."""
+        if not self.root:
+            return "(no job submitted)"
+        events = chain_file(self.out, self.root)
+        lines = [ln[:240] for ln in _lines(events) if '"event": "progress"' not in ln]
+        output = _lines(self.out / f"slurm-{self.root}.out")
+        ours = [ln[:240] for ln in output if ln.startswith("hpcjobs") or " hpcjobs[" in ln[:20]]
+        theirs = [
+            ln[:240]
+            for ln in output
+            if ln.startswith(("srun:", "slurmstepd")) and not TASKS_ENDED.search(ln)
+        ]
+        parts = ["== chain events", *lines[-40:], "== supervisor", *ours[-60:]]
+        return "\n".join([*parts, "== srun and slurmstepd", *theirs[-40:]])
+
     # ---- 6. the commands -------------------------------------------------------------------
 
     def cancel(self) -> None:
@@ -319,6 +340,13 @@ class Scenario:
         self.all_ranks_reporting(3)
         self.cancel()
         return self.commands(html)
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return [f"({path}: {exc.strerror})"]
 
 
 def _pid_of(needle: str, node: str = "", also: str = "") -> int:

@@ -16,7 +16,7 @@ from hpcjobs.errors import BadInputError
 from hpcjobs.runtime.supervisor import decide
 from hpcjobs.runtime.supervisor.policy import Policy, dump, parse
 from hpcjobs.runtime.supervisor.slurm import Result, Slurm
-from hpcjobs.runtime.supervisor.supervise import Supervisor, _resize_settings
+from hpcjobs.runtime.supervisor.supervise import STEPS_END_S, Supervisor, _resize_settings
 from hpcjobs.script.jobspec import JobSpec
 from hpcjobs.script.render import render_job
 from tests.eventlines import events_in, line
@@ -81,7 +81,12 @@ class JobSlurm(FakeSlurm):
         self.shrunk: list[list[str]] = []
         self.time_left = "1:00:00"
 
+        #: The job's steps squeue lists (``300.batch``, ``300.4``).
+        self.steps: list[str] = []
+
     def queue_value(self, job: str, fmt: str, steps: bool = False) -> list[str]:
+        if steps and fmt == "%i":
+            return list(self.steps)
         return [self.time_left] if fmt == "%L" else super().queue_value(job, fmt, steps)
 
     def shrink(self, job: str, nodes: Sequence[str], folder: str) -> bool:
@@ -161,6 +166,39 @@ def test_a_suspect_still_in_the_job_is_released_from_it(tmp_path: Path) -> None:
     # The job's settings follow Slurm's resize script.
     assert sup.env["SLURM_JOB_NODELIST"] == "n1,n3" and sup.env["SLURM_JOB_NUM_NODES"] == "2"
     assert "SLURM_TASKS_PER_NODE" not in sup.env
+
+
+@pytest.mark.parametrize("ends_after", [3.0, None], ids=["ends", "never-ends"])
+def test_nodes_leave_the_job_only_once_its_steps_have_ended(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], ends_after: float | None
+) -> None:
+    """A step still ending when the job shrank never finished on Slurm 22.05, and the next
+    run's step waited for its nodes until the job ended."""
+    slurm = JobSlurm()
+    sup = _supervisor(tmp_path, slurm)
+    clock: FakeClock = sup.clock  # type: ignore[assignment]
+    slurm.steps = ["300.batch", "300.extern", "300.4"]
+    started = clock.now
+
+    def on_sleep(now: float) -> None:
+        assert slurm.shrunk == []
+        if ends_after is not None and now - started >= ends_after:
+            slurm.steps = ["300.batch", "300.extern"]
+
+    clock.on_sleep = on_sleep
+    (tmp_path / "run" / "chain-300.jsonl").open("a").write(
+        line("300", "exclude", cause="stall", nodes=["n2"], released=[], limit=8)
+    )
+    assert sup.stays_in_job("stall", [])
+    assert slurm.shrunk == [["n1", "n3"]]
+    err = capsys.readouterr().err
+    assert "waiting for step(s) 300.4 to end before nodes leave" in err
+    if ends_after is None:
+        assert clock.now - started >= STEPS_END_S
+        assert f"step(s) 300.4 still listed {STEPS_END_S} s after the run ended" in err
+    else:
+        assert ends_after <= clock.now - started < ends_after + 1
+        assert "still listed" not in err
 
 
 @pytest.mark.parametrize(

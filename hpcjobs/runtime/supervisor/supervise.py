@@ -88,6 +88,14 @@ AGENTS_STOP_S = 5
 #: nodes can take longer than that to end: the decision must be logged before.
 TERM_WAIT_S = 3
 
+#: How long the supervisor waits for the job's steps to end before it releases nodes: Slurm's
+#: UnkillableStepTimeout (60 s by default) ends a step whose processes cannot be killed.
+STEPS_END_S = 90
+
+#: A job step's id as squeue prints it (``<job>.<step>``, an array task's ``<array>_<task>``
+#: first): the batch and extern steps are not among them.
+STEP_ID = re.compile(r"[0-9_]+\.[0-9]+")
+
 
 class Stop(Exception):
     """The chain must not run the program in this job: exit with ``code``."""
@@ -1253,6 +1261,7 @@ class Supervisor:
         keep = [node for node in allocation if node not in ruled_out]
         settings: dict[str, str | None] = {}
         if len(keep) < len(allocation):
+            self.steps_ended()
             settings = self.release(keep)
         if keep != self.allocation:
             # The job's settings follow its nodes (Slurm takes a failed node out by itself).
@@ -1266,6 +1275,30 @@ class Supervisor:
                     self.env[name] = value
         self.allocation, self.step = keep, step
         return True
+
+    def steps_ended(self) -> None:
+        """Wait until Slurm lists no step of this job but its batch and extern steps (at most
+        :data:`STEPS_END_S`). A step still ending when nodes leave the job never finished on
+        Slurm 22.05: its nodes' completions no longer matched the job's shrunk node list, and
+        the next run's step waited ("Requested nodes are busy") until the job ended (seen at
+        131 nodes, where 1,024 processes take seconds to end after the kill)."""
+        deadline = self.clock() + STEPS_END_S
+        waited = False
+        while True:
+            lines = self.slurm.queue_value(self.job, "%i", steps=True)
+            left = [line.strip() for line in lines if STEP_ID.fullmatch(line.strip())]
+            if not left:
+                return
+            if self.clock() >= deadline:
+                self.log(
+                    f"step(s) {', '.join(left)} still listed {STEPS_END_S} s after the run "
+                    "ended; releasing nodes anyway"
+                )
+                return
+            if not waited:
+                waited = True
+                self.log(f"waiting for step(s) {', '.join(left)} to end before nodes leave")
+            self.sleep(0.5)
 
     def release(self, keep: Sequence[str]) -> dict[str, str | None]:
         """Shrink the job to ``keep``: the chain stops paying for the other nodes, and no run
@@ -1583,7 +1616,7 @@ class Supervisor:
             words = line.split()
             if len(words) < 2 or words[1] == AGENT_STEP:
                 continue
-            if re.fullmatch(r"[0-9_]+\.[0-9]+", words[0]):
+            if STEP_ID.fullmatch(words[0]):
                 self.slurm.cancel(words[0], "KILL")
 
     # ---- finish -------------------------------------------------------------------------------
