@@ -22,10 +22,11 @@ if TYPE_CHECKING:
 #: name -> (module:attribute, one-line help). The help is here so listing costs no import.
 COMMANDS: dict[str, tuple[str, str]] = {
     "sandbox": ("hpcjobs.cli.sandbox:sandbox", "Run a real local Slurm cluster for trying jobs."),
-    "site": ("hpcjobs.cli.site:site", "List, show, validate and discover site configs."),
+    "site": ("hpcjobs.cli.site:site", "List, show, validate, discover site configs; schema."),
     "submit": ("hpcjobs.cli.submit:submit", "Render a job script for the site and submit it."),
     "render": ("hpcjobs.cli.submit:render", "Print a job script without submitting it."),
     "template": ("hpcjobs.cli.template:template", "Show job-script templates and blocks."),
+    "job": ("hpcjobs.cli.job:job", "Job files: the JSON Schema of what they may hold."),
     "status": ("hpcjobs.cli.status:status", "Show the state of jobs (one Slurm query)."),
     "logs": ("hpcjobs.cli.logs:logs", "Print or follow a job's log, across requeues."),
     "cancel": ("hpcjobs.cli.cancel:cancel", "Cancel jobs or send them a signal."),

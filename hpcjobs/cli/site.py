@@ -150,6 +150,26 @@ def validate_cmd(
         ctx.exit(EXIT_BAD_INPUT)
 
 
+@site.command("schema", short_help="Print the JSON Schema of site config files.")
+def schema_cmd() -> None:
+    """Print the JSON Schema of a site config file: every section and field, its type, bounds
+    and default (the same models 'site validate' checks with).
+
+    \b
+    For completion and checks in an editor with a YAML language server:
+      hpcjobs site schema > ~/.config/hpcjobs/site.schema.json
+    and, as the first line of a site file:
+      # yaml-language-server: $schema=/home/me/.config/hpcjobs/site.schema.json
+
+    'hpcjobs site validate' remains the whole check: the rules between fields (a default
+    partition that exists, GPUs that match the topology) are not in the schema.
+    """
+    from hpcjobs.config.fields import file_schema
+    from hpcjobs.config.models import SiteConfig
+
+    click.echo(json.dumps(file_schema(SiteConfig, "hpcjobs site config"), indent=2))
+
+
 @site.command("discover", short_help="Draft a site config from the live cluster.")
 @click.option("--name", help="Site name for the draft (default: Slurm's ClusterName).")
 @click.option(

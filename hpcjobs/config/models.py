@@ -20,7 +20,14 @@ from pydantic import (
 )
 
 from hpcjobs.config.cpulist import parse_cpulist
-from hpcjobs.config.fields import SafeStr, no_control, signal_name, slurm_time
+from hpcjobs.config.fields import (
+    SafeStr,
+    no_control,
+    signal_name,
+    slurm_time,
+    text_from,
+    whole_number,
+)
 from hpcjobs.config.launchers import Launcher
 from hpcjobs.config.signatures import check_ere
 from hpcjobs.config.slurmtime import parse_slurm_time
@@ -30,7 +37,6 @@ from hpcjobs.safetext import (
     check_format_template,
     check_not_option,
     check_pattern,
-    int_checker,
 )
 
 #: Placeholders that ``slurm.output_dir`` may use.
@@ -90,24 +96,22 @@ NonEmpty = Annotated[str, Field(min_length=1), AfterValidator(no_control)]
 NotOption = Annotated[NonEmpty, AfterValidator(check_not_option)]
 Name = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_name)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
-EnvValue = Annotated[str, BeforeValidator(_scalar_to_str), AfterValidator(no_control)]
+#: A YAML number where text is meant: the text of the number (never a boolean).
+_SCALAR = text_from(_scalar_to_str, int, float)
+EnvValue = Annotated[str, _SCALAR, AfterValidator(no_control)]
 EnvMap = dict[EnvName, EnvValue]
-SlurmTime = Annotated[
-    str, BeforeValidator(_scalar_to_str), AfterValidator(no_control), AfterValidator(slurm_time)
-]
-CpuList = Annotated[
-    str, BeforeValidator(_scalar_to_str), AfterValidator(no_control), AfterValidator(_cpulist)
-]
+SlurmTime = Annotated[str, _SCALAR, AfterValidator(no_control), AfterValidator(slurm_time)]
+CpuList = Annotated[str, _SCALAR, AfterValidator(no_control), AfterValidator(_cpulist)]
 IfName = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_ifname)]
 Regex = Annotated[str, AfterValidator(no_control), AfterValidator(_regex)]
 InfraPattern = Annotated[
     str, Field(min_length=1, max_length=500), AfterValidator(no_control), AfterValidator(check_ere)
 ]
-GpuIndex = Annotated[int, BeforeValidator(int_checker(0))]
-PositiveInt = Annotated[int, BeforeValidator(int_checker(1))]
-NonNegativeInt = Annotated[int, BeforeValidator(int_checker(0))]
+GpuIndex = Annotated[int, whole_number(0)]
+PositiveInt = Annotated[int, whole_number(1)]
+NonNegativeInt = Annotated[int, whole_number(0)]
 #: A whole number of bytes: at most 2**62 (4 EiB), so that sums of them stay exact.
-ByteCount = Annotated[int, BeforeValidator(int_checker(1, 2**62))]
+ByteCount = Annotated[int, whole_number(1, 2**62)]
 
 
 def _positive_rate(value: object) -> object:
@@ -119,7 +123,13 @@ def _positive_rate(value: object) -> object:
     return float(value)
 
 
-Rate = Annotated[float, BeforeValidator(_positive_rate)]
+Rate = Annotated[
+    float,
+    BeforeValidator(
+        _positive_rate,
+        json_schema_input_type=Annotated[float, Field(gt=0, lt=1e9)],
+    ),
+]
 
 
 class _Model(BaseModel):

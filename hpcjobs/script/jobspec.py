@@ -23,7 +23,14 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from hpcjobs.config.fields import SafeStr, SignalName, no_control, slurm_time
+from hpcjobs.config.fields import (
+    SafeStr,
+    SignalName,
+    no_control,
+    slurm_time,
+    text_from,
+    whole_number,
+)
 from hpcjobs.config.launchers import LAUNCHERS, Launcher
 from hpcjobs.config.models import MaxRequeues, Partition, SiteConfig
 from hpcjobs.config.slurmtime import parse_slurm_time
@@ -35,7 +42,6 @@ from hpcjobs.safetext import (
     check_not_option,
     check_pattern,
     check_signal_name,
-    int_checker,
     parse_int,
     shown,
 )
@@ -164,7 +170,7 @@ def _program(value: list[str]) -> list[str]:
 
 def _count(minimum: int, maximum: int = MAX_COUNT) -> BeforeValidator:
     """A whole number in ``minimum..maximum``: an int or ASCII digits, never a bool or float."""
-    return BeforeValidator(int_checker(minimum, maximum, text_ok=True))
+    return whole_number(minimum, maximum, text_ok=True)
 
 
 def _strict_bool(value: object) -> bool:
@@ -175,20 +181,20 @@ def _strict_bool(value: object) -> bool:
 
 Text = Annotated[
     str,
-    BeforeValidator(_int_to_str),
+    text_from(_int_to_str, int),
     AfterValidator(no_control),
     AfterValidator(check_fits_one_argument),
 ]
 Word = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_word)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 SlurmTime = Annotated[
-    str, BeforeValidator(_int_to_str), AfterValidator(no_control), AfterValidator(slurm_time)
+    str, text_from(_int_to_str, int), AfterValidator(no_control), AfterValidator(slurm_time)
 ]
 Mount = Annotated[str, AfterValidator(no_control), AfterValidator(_mount)]
 Program = Annotated[
     str, Field(min_length=1), AfterValidator(no_control), AfterValidator(check_not_option)
 ]
-Flag = Annotated[bool, BeforeValidator(_strict_bool)]
+Flag = Annotated[bool, BeforeValidator(_strict_bool, json_schema_input_type=bool)]
 
 
 class _Model(BaseModel):
@@ -239,9 +245,11 @@ class JobSpec(_Model):
     account: Word | None = None
     qos: Word | None = None
     launcher: Launcher | None = None
-    command: Annotated[list[Text], BeforeValidator(_command), AfterValidator(_program)] = Field(
-        default_factory=list
-    )
+    command: Annotated[
+        list[Text],
+        BeforeValidator(_command, json_schema_input_type=str | list[str]),
+        AfterValidator(_program),
+    ] = Field(default_factory=list)
     env: dict[EnvName, Text] = Field(default_factory=dict)
     container: ContainerSpec | None = None
     array: Annotated[str, AfterValidator(_array)] | None = None
