@@ -26,20 +26,18 @@ EXIT_TRANSPORT = 4
 
 
 class HpcJobsError(Exception):
-    """An error hpcjobs raises on purpose. The CLI prints it without a traceback."""
+    """An error hpcjobs raises on purpose. The CLI prints it without a traceback.
 
-    exit_code: ClassVar[int] = EXIT_JOB_FAILED
+    Only its subclasses are raised (``tests/unit/test_cli.py`` checks the sources): each says
+    its exit code. A subclass of another library's that forgets to is bad input, not a
+    failed job."""
+
+    exit_code: ClassVar[int] = EXIT_BAD_INPUT
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
-
-
-class JobFailedError(HpcJobsError):
-    """A job that hpcjobs followed ended in a failed state."""
-
-    exit_code = EXIT_JOB_FAILED
 
 
 class BadInputError(HpcJobsError):

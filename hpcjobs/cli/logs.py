@@ -12,7 +12,7 @@ import click
 
 from hpcjobs.cli.common import slurm_access
 from hpcjobs.cli.options import Count, host_option
-from hpcjobs.errors import EXIT_SLURM, HpcJobsError, SlurmError
+from hpcjobs.errors import EXIT_SLURM, BadInputError, SlurmError
 
 if TYPE_CHECKING:
     from hpcjobs.runner import Runner
@@ -70,7 +70,7 @@ def logs(
         text = _read(path)
         part = read_run(text, restart)
         if part is None:
-            raise HpcJobsError(
+            raise BadInputError(
                 f"{path} has no run {restart}",
                 hint="runs are found by the line 'hpcjobs: run N of job ID' that the job "
                 "script prints when it starts; see 'hpcjobs history' for the runs",
@@ -228,7 +228,7 @@ def _read(path: Path) -> str:
     except FileNotFoundError:
         return ""
     except OSError as exc:
-        raise HpcJobsError(f"cannot read {path}: {exc.strerror}") from exc
+        raise BadInputError(f"cannot read {path}: {exc.strerror}") from exc
 
 
 __all__ = ["EXIT_SLURM", "log_path", "logs"]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR
+from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR, write_atomic
 from hpcjobs.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -246,9 +246,8 @@ class CheckpointDir:
         reads for goodput and step times.
         """
         _make_private_dir(self.root)
-        tmp = self.root / f".{PROGRESS}.{os.getpid()}"
-        tmp.write_text(f"{step}\n")
-        os.replace(tmp, self.root / PROGRESS)
+        # Every step: no flush to disk (a crash of the machine loses a step's note, no more).
+        write_atomic(self.root / PROGRESS, f"{step}\n", fsync=False)
         _report(lambda writer: writer.step(step))
 
     def progress(self) -> int | None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcjobs.slurm import parse
 from hpcjobs.slurm.classify import AccountingDisabledError
+from hpcjobs.slurm.states import is_terminal
 
 if TYPE_CHECKING:
     from hpcjobs.slurm.client import SlurmClient
@@ -104,7 +105,9 @@ def from_accounting(runs: Sequence[parse.AcctRow]) -> JobStatus:
         job_id=last.job_id,
         name=last.name,
         state=last.state,
-        reason=last.reason,
+        # Accounting keeps the last reason the job waited for (a standby's "Dependency"),
+        # which says nothing about a job that ended.
+        reason="" if is_terminal(last.state) else last.reason,
         nodelist=last.nodelist,
         nodes=last.nodes,
         elapsed_s=last.elapsed_s,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hpcjobs.errors import EXIT_JOB_FAILED, EXIT_OK
+
 #: The job will not change any more (unless an admin requeues it).
 TERMINAL = frozenset(
     {
@@ -32,11 +34,6 @@ def is_terminal(state: str) -> bool:
     return state in TERMINAL
 
 
-def is_failure(state: str) -> bool:
-    """True if ``state`` is a final state other than COMPLETED."""
-    return state in TERMINAL and state != SUCCESS
-
-
 def exit_code_for(states: list[str] | tuple[str, ...]) -> int:
     """The CLI exit status for jobs that ended in ``states``: 0 if all COMPLETED, else 1."""
-    return 0 if states and all(s == SUCCESS for s in states) else 1
+    return EXIT_OK if states and all(s == SUCCESS for s in states) else EXIT_JOB_FAILED

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -13,14 +14,12 @@ from hpcjobs import __version__
 from hpcjobs.cli import cli
 from hpcjobs.errors import (
     EXIT_BAD_INPUT,
-    EXIT_JOB_FAILED,
     EXIT_SLURM,
     EXIT_TRANSPORT,
     BadInputError,
     CommandError,
     ConfigError,
     HpcJobsError,
-    JobFailedError,
     SlurmError,
     TemplateError,
     TransportError,
@@ -78,7 +77,6 @@ def test_debug_shows_traceback() -> None:
 @pytest.mark.parametrize(
     ("error", "code"),
     [
-        (JobFailedError("job 12 failed"), EXIT_JOB_FAILED),
         (BadInputError("bad"), EXIT_BAD_INPUT),
         (ConfigError("bad config"), EXIT_BAD_INPUT),
         (TemplateError("bad template"), EXIT_BAD_INPUT),
@@ -132,3 +130,30 @@ def test_hint_is_printed() -> None:
 
 def test_group_is_click_group() -> None:
     assert isinstance(cli, click.Group)
+
+
+def test_only_the_subclasses_of_hpcjobs_error_are_raised() -> None:
+    """Each kind of error says its exit code; the base class says none (it once meant 'job
+    failed', and an unreadable file exited 1)."""
+    import ast
+
+    package = Path(__file__).resolve().parents[2] / "hpcjobs"
+    raised = []
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+                if name == "HpcJobsError":
+                    raised.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert raised == []
+
+
+def test_a_run_the_log_does_not_hold_is_bad_input(tmp_path: Path) -> None:
+    from hpcjobs.cli.logs import _read
+
+    folder = tmp_path / "unreadable"
+    folder.mkdir()
+    with pytest.raises(BadInputError, match="cannot read"):
+        _read(folder)  # a folder: IsADirectoryError
+    assert BadInputError.exit_code == EXIT_BAD_INPUT

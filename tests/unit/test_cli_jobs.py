@@ -152,7 +152,7 @@ def test_logs_prints_the_file(slurm: FakeRunner, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["logs", "50", "--restart", "1"])
     assert result.output == "hpcjobs: run 1 of job 50\nsecond\n"
     result = CliRunner().invoke(cli, ["logs", "50", "--restart", "4"])
-    assert result.exit_code == 1 and "no run 4" in result.stderr
+    assert result.exit_code == 2 and "no run 4" in result.stderr  # bad input, not a failed job
 
 
 def test_logs_stderr_and_task(slurm: FakeRunner, tmp_path: Path) -> None:

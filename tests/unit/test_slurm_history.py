@@ -152,3 +152,18 @@ def test_status_mine_is_one_squeue() -> None:
     runner = FakeRunner().add("squeue", ok((DATA / "22.05/squeue-all.txt").read_text()))
     report = query_status(client_for(runner), None, mine=True)
     assert len(runner.calls) == 1 and "--me" in runner.calls[0] and report.jobs
+
+
+@pytest.mark.parametrize(("state", "shown"), [("COMPLETED", ""), ("PENDING", "Dependency")])
+def test_status_of_an_ended_job_shows_no_reason_it_once_waited_for(state: str, shown: str) -> None:
+    """Accounting keeps the last reason a job waited for: a standby that took over and
+    completed still says 'Dependency'."""
+    from hpcjobs.slurm.jobs import from_accounting
+    from hpcjobs.slurm.parse import AcctRow
+
+    row = AcctRow(
+        job_id="7", raw_id="7", state=state, cancelled_by=None, exit_code=0, exit_signal=None,
+        derived_exit_code=0, reason="Dependency", submit=None, eligible=None, start=None,
+        end=None, elapsed_s=60, nodes=1, nodelist="n1", partition="batch", user="u", name="j",
+    )  # fmt: skip
+    assert from_accounting([row]).reason == shown
