@@ -36,14 +36,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from hpcjobs.runtime.checkpoint import Checkpoint, CheckpointDir
-from hpcjobs.runtime.distributed import (
+from hpcjobs import (
+    Checkpoint,
+    CheckpointDir,
+    StopFlag,
     accumulation_scale,
     init_process_group,
     leave_process_group,
     micro_batches,
 )
-from hpcjobs.runtime.stopflag import StopFlag
 
 IN, HIDDEN, OUT, BATCH = 32, 64, 4, 16
 

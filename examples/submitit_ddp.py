@@ -38,11 +38,7 @@ if str(EXAMPLES) not in sys.path:
 from ddp_train import digest, make_model, step_size, train_step, warm_up  # noqa: E402  (next to this file)
 
 import hpcjobs  # noqa: E402
-from hpcjobs.runtime.distributed import (  # noqa: E402
-    accumulation_scale,
-    init_process_group,
-    leave_process_group,
-)
+from hpcjobs import accumulation_scale, init_process_group, leave_process_group  # noqa: E402
 
 
 class Train(hpcjobs.Resumable):

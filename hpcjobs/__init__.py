@@ -10,7 +10,16 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from hpcjobs.config.models import SiteConfig
+    from hpcjobs.runtime.checkpoint import Checkpoint, CheckpointDir, report_step
+    from hpcjobs.runtime.distributed import (
+        accumulation_scale,
+        init_process_group,
+        leave_process_group,
+        micro_batches,
+    )
+    from hpcjobs.runtime.progress import ProgressWriter
     from hpcjobs.runtime.resumable import Interrupted, Resumable
+    from hpcjobs.runtime.stopflag import StopFlag
     from hpcjobs.slurm.client import SlurmClient
     from hpcjobs.submitit.executor import HpcExecutor
 
@@ -56,13 +65,52 @@ def executor(
     return make_executor(site, folder=folder, python=python, client=client, **parameters, **slurm)
 
 
+#: The public names a training script needs, and the module each lives in. They load on first
+#: use: ``import hpcjobs`` stays as light as the standard library (a rank imports it). Pinned by
+#: ``tests/unit/test_public_api.py``; docs/python-api.md, "The public API".
+PUBLIC = {
+    "Resumable": "hpcjobs.runtime.resumable",
+    "Interrupted": "hpcjobs.runtime.resumable",
+    "CheckpointDir": "hpcjobs.runtime.checkpoint",
+    "Checkpoint": "hpcjobs.runtime.checkpoint",
+    "StopFlag": "hpcjobs.runtime.stopflag",
+    "init_process_group": "hpcjobs.runtime.distributed",
+    "leave_process_group": "hpcjobs.runtime.distributed",
+    "micro_batches": "hpcjobs.runtime.distributed",
+    "accumulation_scale": "hpcjobs.runtime.distributed",
+    "report_step": "hpcjobs.runtime.checkpoint",
+    "ProgressWriter": "hpcjobs.runtime.progress",
+}
+
+
 def __getattr__(name: str) -> Any:
-    """``hpcjobs.Resumable`` and ``hpcjobs.Interrupted``, imported on first use."""
-    if name in ("Resumable", "Interrupted"):
-        from hpcjobs.runtime import resumable
+    """The names of :data:`PUBLIC`, imported on first use."""
+    module = PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hpcjobs' has no attribute {name!r}")
+    import importlib
 
-        return getattr(resumable, name)
-    raise AttributeError(f"module 'hpcjobs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
-__all__ = ["Interrupted", "Resumable", "__version__", "executor"]
+def __dir__() -> list[str]:
+    return sorted({*globals(), *PUBLIC})
+
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointDir",
+    "Interrupted",
+    "ProgressWriter",
+    "Resumable",
+    "StopFlag",
+    "__version__",
+    "accumulation_scale",
+    "executor",
+    "init_process_group",
+    "leave_process_group",
+    "micro_batches",
+    "report_step",
+]

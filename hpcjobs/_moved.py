@@ -1,0 +1,29 @@
+"""Old import paths of the modules that moved under :mod:`hpcjobs.runtime` in 0.1.0. Each
+still works, with a :class:`DeprecationWarning`, until the next release removes it."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import warnings
+
+#: Old module -> where it lives now.
+MOVED = {
+    "hpcjobs.checkpoint": "hpcjobs.runtime.checkpoint",
+    "hpcjobs.distributed": "hpcjobs.runtime.distributed",
+    "hpcjobs.resumable": "hpcjobs.runtime.resumable",
+    "hpcjobs.stopflag": "hpcjobs.runtime.stopflag",
+}
+
+
+def forward(old: str) -> None:
+    """Make the module ``old`` the module it moved to (the same objects, pickles included),
+    and warn the importer."""
+    new = MOVED[old]
+    warnings.warn(
+        f"'{old}' moved to '{new}' (or import the name from 'hpcjobs' itself); the old path "
+        "goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    sys.modules[old] = importlib.import_module(new)

@@ -1,0 +1,84 @@
+"""The public Python API: the names a training script imports from ``hpcjobs``, pinned here;
+the old paths of the modules that moved under ``hpcjobs.runtime`` still work, with a warning."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import hpcjobs
+from hpcjobs._moved import MOVED
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "python-api.md"
+
+#: Adding a name is a feature; removing or renaming one breaks users (CHANGELOG, a release).
+PUBLIC = [
+    "Checkpoint",
+    "CheckpointDir",
+    "Interrupted",
+    "ProgressWriter",
+    "Resumable",
+    "StopFlag",
+    "__version__",
+    "accumulation_scale",
+    "executor",
+    "init_process_group",
+    "leave_process_group",
+    "micro_batches",
+    "report_step",
+]
+
+
+def test_the_public_names_are_pinned_and_resolve() -> None:
+    assert sorted(hpcjobs.__all__) == PUBLIC
+    assert sorted([*hpcjobs.PUBLIC, "__version__", "executor"]) == PUBLIC
+    for name in PUBLIC:
+        value = getattr(hpcjobs, name)
+        assert value is not None, name
+        if name in hpcjobs.PUBLIC:
+            module = importlib.import_module(hpcjobs.PUBLIC[name])
+            assert getattr(module, name) is value, name
+
+
+def test_every_public_name_is_documented() -> None:
+    text = DOCS.read_text()
+    missing = [name for name in PUBLIC if name != "__version__" and f"`{name}" not in text]
+    assert missing == []
+
+
+def test_a_training_script_imports_no_third_party_library() -> None:
+    """A rank imports ``hpcjobs`` where only the standard library may be (the job's
+    Python): the public runtime names pull in nothing else."""
+    names = [n for n in PUBLIC if n in hpcjobs.PUBLIC]
+    code = (
+        "import sys, hpcjobs\n"
+        f"for name in {names!r}: getattr(hpcjobs, name)\n"
+        "bad = sorted(m for m in ('pydantic', 'click', 'yaml', 'jinja2', 'submitit', "
+        "'paramiko', 'tenacity', 'torch') if m in sys.modules)\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == ""
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_an_old_import_path_warns_and_is_the_moved_module(old: str) -> None:
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"'{old}' moved to '{MOVED[old]}'"):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(MOVED[old])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert importlib.import_module(old) is module  # once per process
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        hpcjobs.nope  # noqa: B018
