@@ -21,7 +21,7 @@ from hpcjobs.errors import BadInputError, HpcJobsError
 
 if TYPE_CHECKING:
     from hpcjobs.jobs.records import FileStore
-    from hpcjobs.jobs.runfolder import Prepared
+    from hpcjobs.jobs.runfolder import Reuse
     from hpcjobs.runner import Runner
 
 _SETTINGS: dict[str, Any] = {"allow_interspersed_args": False}
@@ -218,7 +218,7 @@ def submit(
             "--fresh and --resume contradict each other",
             hint="--fresh starts over, --resume continues from the folder's checkpoints",
         )
-    reuse = "fresh" if fresh else "resume" if resume else None
+    reuse: Reuse | None = "fresh" if fresh else "resume" if resume else None
     site = _load_site(ctx, host)
     runner = make_runner(host, site) if host and not dry_run else None
     where = _remote_where(runner) if runner is not None else None
@@ -226,7 +226,7 @@ def submit(
     if dry_run:
         plan = _dry_run_plan(rendered, list(after))
         if host is None:
-            _check_run_folder(rendered, None, None, reuse, dry_run=True)
+            _check_run_folder(rendered, reuse)
         _print_dry_run(rendered, plan)
         return
     _submit(
@@ -446,22 +446,28 @@ def _submit(
     after: list[str],
     wait: bool,
     as_json: bool,
-    reuse: str | None,
+    reuse: Reuse | None,
 ) -> None:
     import json
 
-    from hpcjobs.jobs.records import LocalFiles
-    from hpcjobs.jobs.runfolder import note_submitted
-    from hpcjobs.jobs.submission import submit_rendered
+    from hpcjobs.jobs.submit import submit_run
     from hpcjobs.runner import LocalRunner
     from hpcjobs.slurm.backend import make_client
 
     runner = runner or LocalRunner()
     client = make_client(runner)
     files = cast("FileStore", runner) if host else None  # SshRunner writes over SFTP
-    prepared = _check_run_folder(rendered, runner, files, reuse, dry_run=False)
-    result = submit_rendered(rendered, client=client, after=after or None, files=files, host=host)
-    note_submitted(files or LocalFiles(), prepared, result.job_ids)
+    submitted = submit_run(
+        rendered,
+        client=client,
+        runner=runner,
+        files=files,
+        host=host,
+        after=after,
+        reuse=reuse,
+        on_note=lambda text: click.echo(f"Note: {text}", err=True),
+    )
+    result, prepared = submitted.result, submitted.folder
     if as_json:
         data = {
             **result.to_dict(),
@@ -516,42 +522,18 @@ def _report_line(client: Any, runner: Runner, root: str, rendered: Any) -> str:
         return f"Report: not available ({exc.message})"
 
 
-def _check_run_folder(
-    rendered: Any, runner: Runner | None, files: FileStore | None, reuse: Any, *, dry_run: bool
-) -> Prepared:
-    """Claim the checkpoint folder for this run, or stop if it belongs to another one."""
-    from hpcjobs.jobs.records import LocalFiles
-    from hpcjobs.jobs.runfolder import prepare_run_folder
+def _check_run_folder(rendered: Any, reuse: Reuse | None) -> None:
+    """What submitting would do with the checkpoint folder (a dry run: nothing changes)."""
+    from hpcjobs.jobs.submit import claim_folder
     from hpcjobs.runner import LocalRunner
+    from hpcjobs.slurm.backend import make_client
 
-    runner = runner or LocalRunner()
-
-    def queued(job_ids: list[str]) -> bool | None:
-        """Whether a job of the run that claimed the folder may still start (None: unknown)."""
-        from hpcjobs.slurm.backend import make_client
-        from hpcjobs.slurm.jobs import query_status
-        from hpcjobs.slurm.states import is_terminal
-
-        try:
-            report = query_status(make_client(runner), job_ids)
-        except HpcJobsError:
-            return None
-        return any(not is_terminal(job.state) for job in report.jobs)
-
-    prepared = prepare_run_folder(
-        runner,
-        files or LocalFiles(),
-        str(rendered.spec.checkpoint_dir),
-        rendered.identity,
-        reuse=reuse,
-        dry_run=dry_run,
-        job_name=rendered.spec.name,
-        queued=queued,
-    )
-    note = prepared.note()
+    runner = LocalRunner()
+    note = claim_folder(
+        rendered, client=make_client(runner), runner=runner, reuse=reuse, dry_run=True
+    ).note()
     if note:
         click.echo(f"Note: {note}", err=True)
-    return prepared
 
 
 def _now() -> str:

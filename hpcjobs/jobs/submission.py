@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -68,6 +68,9 @@ class RenderedJobLike(Protocol):
 
     @property
     def supervisor(self) -> Path | None: ...
+
+    @property
+    def identity(self) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from hpcjobs.config import SITE_ENV
 from hpcjobs.config.models import SiteConfig
 from hpcjobs.errors import BadInputError
 from hpcjobs.jobs.records import make_private_dir
-from hpcjobs.jobs.submission import submit_rendered
+from hpcjobs.jobs.submit import submit_run
 from hpcjobs.runner import LocalRunner
 from hpcjobs.script.jobspec import JobSpec, parse_spec, resolve_spec
 from hpcjobs.script.render import RenderedJob, render_job
@@ -235,7 +235,12 @@ class HpcExecutor(submitit_slurm.SlurmExecutor):
         """Submit; return one job id per call, in order (``<array id>_<index>`` for arrays)."""
         limit = self.client.max_array_size() if count > 1 else None
         self._throttle()
-        result = submit_rendered(rendered, client=self.client, max_array_size=limit)
+        # The use case of 'hpcjobs submit': the checkpoint folder claimed, the record written,
+        # the job ids noted in the folder (history and report know the job the same way). The
+        # folder is on this machine, as the pickles are, whatever runs Slurm's commands.
+        result = submit_run(
+            rendered, client=self.client, runner=LocalRunner(), max_array_size=limit
+        ).result
         self._last_job_submitted = time.time()
         for job_id in result.job_ids:
             link_pickle(self.folder / f"{job_id}_submission.sh", result.script_path)

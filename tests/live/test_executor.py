@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -202,3 +203,28 @@ def test_ddp_preempted_once_ends_with_the_uninterrupted_digest(
     shown = CliRunner().invoke(cli, ["history", job.job_id])
     assert shown.exit_code == 0, shown.output
     assert "preemption" in shown.output and all(i in shown.output for i in job.job_ids)
+
+
+def test_an_executor_job_is_submitted_as_submit_does(
+    shared_tmp: Path, slurm_environ: dict[str, str]
+) -> None:
+    """The executor and 'hpcjobs submit' share one use case: the checkpoint folder is
+    claimed (its RUN file names the job), the record is written, and 'history' and 'report'
+    know the job."""
+    ex = _executor(shared_tmp / "runs", gpus_per_node=0)
+    job = ex.submit(square, 7)
+    assert isinstance(job, HpcJob) and job.checkpoint_dir is not None
+    run_file = job.checkpoint_dir / "RUN"
+    claimed = json.loads(run_file.read_text())
+    assert claimed["job_ids"] == [job.job_id] and claimed["fingerprint"]
+    assert run_file.stat().st_mode & 0o777 == 0o600
+    _wait(job, timeout=60)
+    assert job.result()["value"] == 49
+    assert _final_state(job) == "COMPLETED"
+    runner = CliRunner()
+    history = runner.invoke(cli, ["history", "--json", job.job_id])
+    assert history.exit_code == 0, history.output
+    assert job.job_id in history.output and "COMPLETED" in history.output
+    report = runner.invoke(cli, ["report", "--json", job.job_id])
+    assert report.exit_code == 0, report.output
+    assert json.loads(report.output)
