@@ -6,12 +6,12 @@ each capability also has a live test against the sandbox (tests/live)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hpcjobs.runner import Result
 from hpcjobs.slurm.client import SlurmClient
-from hpcjobs.slurm.retry import RetryPolicy
+from hpcjobs.slurm.retry import SLURM_RETRY
 
 #: Output recorded from real Slurm releases (see tests/data/README if present).
 DATA = Path(__file__).resolve().parent / "data"
@@ -75,7 +75,7 @@ class Sleeps:
 def client_for(
     runner: FakeRunner, sleeps: Sleeps | None = None, total: float = 180.0
 ) -> SlurmClient:
-    policy = RetryPolicy(total_s=total, sleep=sleeps or Sleeps())
+    policy = replace(SLURM_RETRY, total_s=total, sleep=sleeps or Sleeps())
     return SlurmClient(runner, policy=policy)
 
 

@@ -96,10 +96,10 @@ def check(ctx: click.Context, host: str) -> None:
     Exit 0 when Slurm answers, 4 when the SSH connection or login fails, 3 when Slurm's
     commands are missing or fail on the host.
     """
+    from hpcjobs.backoff import NO_RETRY
     from hpcjobs.errors import SlurmError
     from hpcjobs.remote.runner import SshRunner
     from hpcjobs.slurm.client import SlurmClient
-    from hpcjobs.slurm.retry import NO_RETRY
 
     runner = make_runner(host, _site(ctx))
     assert isinstance(runner, SshRunner)

@@ -25,7 +25,9 @@ from typing import Any, cast
 
 import paramiko
 
+from hpcjobs.backoff import Backoff
 from hpcjobs.errors import TransportError
+from hpcjobs.remote import policy as retry_policy
 from hpcjobs.remote.hostkeys import (
     ChangedHostKeyError,
     KnownHosts,
@@ -34,7 +36,7 @@ from hpcjobs.remote.hostkeys import (
     Verdict,
     fingerprint,
 )
-from hpcjobs.remote.policy import AuthenticationError, ConnectRetry, TransientTransportError
+from hpcjobs.remote.policy import CONNECT_RETRY, AuthenticationError, TransientTransportError
 from hpcjobs.remote.sshconfig import Target
 
 log = logging.getLogger(__name__)
@@ -101,9 +103,7 @@ class Connection:
         self.hops.clear()
 
 
-def connect(
-    target: Target, trust: TrustSources, *, retry: ConnectRetry | None = None
-) -> Connection:
+def connect(target: Target, trust: TrustSources, *, retry: Backoff | None = None) -> Connection:
     """Connect to ``target`` (through its jump hosts), verify host keys and log in.
 
     Raises:
@@ -113,12 +113,13 @@ def connect(
         TransientTransportError: The network failed on every attempt (exit 4).
         TransportError: Any other SSH failure (exit 4).
     """
-    policy = retry or ConnectRetry()
-    return policy.call(lambda: _connect_once(target, trust), label=target.label)
+    return retry_policy.call(
+        retry or CONNECT_RETRY, lambda: _connect_once(target, trust), label=target.label
+    )
 
 
 def fetch_host_key(
-    target: Target, trust: TrustSources, *, retry: ConnectRetry | None = None
+    target: Target, trust: TrustSources, *, retry: Backoff | None = None
 ) -> tuple[str, bytes]:
     """The host key ``target`` presents, without logging in to it.
 
@@ -128,8 +129,9 @@ def fetch_host_key(
     Returns:
         The key type (``ssh-ed25519``, ...) and the public key blob.
     """
-    policy = retry or ConnectRetry()
-    return policy.call(lambda: _fetch_once(target, trust), label=target.label)
+    return retry_policy.call(
+        retry or CONNECT_RETRY, lambda: _fetch_once(target, trust), label=target.label
+    )
 
 
 def _connect_once(target: Target, trust: TrustSources) -> Connection:

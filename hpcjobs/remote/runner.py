@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR
+from hpcjobs.backoff import Backoff
 from hpcjobs.errors import (
     BadInputError,
     CommandError,
@@ -31,7 +32,7 @@ from hpcjobs.errors import (
 from hpcjobs.remote.command import remote_command
 from hpcjobs.remote.hostkeys import KnownHosts, TrustSources
 from hpcjobs.remote.hostspec import SITE_LOGIN_HOSTS, parse_host_spec
-from hpcjobs.remote.policy import ConnectRetry, TransientTransportError
+from hpcjobs.remote.policy import CONNECT_RETRY, TransientTransportError
 from hpcjobs.remote.sshconfig import Target, load_ssh_config, resolve_target
 from hpcjobs.runner import DEFAULT_TIMEOUT, Result, checked_argv
 from hpcjobs.textlines import split_lines
@@ -69,7 +70,7 @@ class SshRunner:
         trust: TrustSources | None = None,
         env: Mapping[str, str] | None = None,
         default_timeout: float = DEFAULT_TIMEOUT,
-        retry: ConnectRetry | None = None,
+        retry: Backoff | None = None,
     ) -> None:
         if not targets:
             raise ValueError("SshRunner needs at least one target")
@@ -77,7 +78,7 @@ class SshRunner:
         self.trust = trust or TrustSources()
         self.env = dict(env or {})
         self.default_timeout = default_timeout
-        self.retry = retry or ConnectRetry()
+        self.retry = retry or CONNECT_RETRY
         self._connection: Connection | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.RLock()
@@ -319,7 +320,7 @@ def connect_runner(
     known_hosts: Path | None = None,
     ssh_config: Sequence[Path] | None = None,
     env: Mapping[str, str] | None = None,
-    retry: ConnectRetry | None = None,
+    retry: Backoff | None = None,
 ) -> SshRunner:
     """An :class:`SshRunner` for ``[user@]host[:port]``, resolved through ``~/.ssh/config``.
 

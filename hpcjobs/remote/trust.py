@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcjobs.backoff import Backoff
 from hpcjobs.errors import BadInputError
 from hpcjobs.remote.hostkeys import (
     ChangedHostKeyError,
@@ -16,7 +17,6 @@ from hpcjobs.remote.hostkeys import (
     fingerprint,
 )
 from hpcjobs.remote.hostspec import SITE_LOGIN_HOSTS, parse_host_spec
-from hpcjobs.remote.policy import ConnectRetry
 from hpcjobs.remote.sshconfig import Target, load_ssh_config, resolve_target
 
 
@@ -58,7 +58,7 @@ def probe_host_key(
     pinned_host_keys: Sequence[str] | None = None,
     known_hosts: Path | None = None,
     ssh_config: Sequence[Path] | None = None,
-    retry: ConnectRetry | None = None,
+    retry: Backoff | None = None,
 ) -> HostKeyProbe:
     """Connect to ``host_spec`` far enough to see its host key (no login), and judge the key.
 

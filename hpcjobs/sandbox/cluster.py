@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcjobs.atomicfile import PRIVATE_DIR, READABLE, write_atomic
+from hpcjobs.backoff import Backoff
 from hpcjobs.errors import CommandError, SandboxError
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.sandbox import confgen, packages, procs
@@ -30,7 +31,6 @@ from hpcjobs.sandbox.root import MARKER as ROOT_MARKER
 from hpcjobs.sandbox.root import DebianRoot, remove_tree
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.slurm.parse import parse_scontrol_records
-from hpcjobs.slurm.retry import RetryPolicy
 from hpcjobs.textlines import split_lines
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ ACCOUNT = "sandbox"
 OTHER_USER = "hpcjobs-other"
 DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld")
 #: Retries for the sandbox's own Slurm commands: its controller is local, so a few seconds.
-SANDBOX_RETRY = RetryPolicy(total_s=10.0, first_wait_s=0.5, max_wait_s=2.0, max_attempts=5)
+SANDBOX_RETRY = Backoff(attempts=5, total_s=10.0, first_wait_s=0.5, max_wait_s=2.0)
 
 
 def _quiet(_: str) -> None:

@@ -18,12 +18,12 @@ from hpcjobs.slurm.classify import (
     UnknownJobError,
 )
 from hpcjobs.slurm.client import SlurmClient
-from hpcjobs.slurm.retry import RetryPolicy
+from hpcjobs.slurm.retry import SLURM_RETRY
 
 __all__ = [
+    "SLURM_RETRY",
     "AccountingDisabledError",
     "ErrorKind",
-    "RetryPolicy",
     "SlurmClient",
     "SlurmCommandError",
     "UnknownJobError",

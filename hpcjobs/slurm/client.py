@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from hpcjobs.backoff import Backoff
 from hpcjobs.errors import BadInputError, CommandError, CommandNotFoundError, SlurmError
 from hpcjobs.runner import Result, Runner
-from hpcjobs.slurm import parse
+from hpcjobs.slurm import parse, retry
 from hpcjobs.slurm.classify import (
     AccountingDisabledError,
     ErrorKind,
@@ -28,7 +29,7 @@ from hpcjobs.slurm.classify import (
     classify_error,
     slurm_message,
 )
-from hpcjobs.slurm.retry import RetryPolicy
+from hpcjobs.slurm.retry import SLURM_RETRY
 from hpcjobs.textlines import split_lines
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class SlurmClient:
     """
 
     runner: Runner
-    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    policy: Backoff = SLURM_RETRY
     queue_source: QueueSource | None = None
     query_timeout_s: float = QUERY_TIMEOUT_S
     submit_timeout_s: float = SUBMIT_TIMEOUT_S
@@ -137,7 +138,7 @@ class SlurmClient:
     def _call(self, label: str, fn: Callable[[], T]) -> T:
         """Run ``fn`` under the retry policy; a final failure becomes a clear Slurm error."""
         try:
-            return self.policy.call(fn, label=label)
+            return retry.call(self.policy, fn, label=label)
         except CommandError as exc:
             raise self._final_error(label, exc) from exc
 
@@ -250,7 +251,7 @@ class SlurmClient:
             return parse.parse_sbatch_parsable(result.stdout)
 
         try:
-            return self.policy.call(attempt, label="sbatch")
+            return retry.call(self.policy, attempt, label="sbatch")
         except CommandError as exc:
             final = self._final_error("sbatch", exc)
             if not ambiguous:

@@ -205,8 +205,8 @@ def queue_state(job_id: str, client: SlurmClient | None = None) -> str | None:
     must not block), and reused for :data:`QUEUE_STATE_TTL_S` seconds so that polling
     ``job.state`` in a loop does not load the controller.
     """
+    from hpcjobs.backoff import NO_RETRY
     from hpcjobs.slurm.jobs import row_matches
-    from hpcjobs.slurm.retry import NO_RETRY
 
     now = time.monotonic()
     seen = _QUEUE_STATES.get(job_id)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from hpcjobs.backoff import NO_RETRY, Backoff
 from hpcjobs.cli import cli
 from hpcjobs.errors import (
     CommandError,
@@ -26,7 +27,7 @@ from hpcjobs.errors import (
     TransportError,
 )
 from hpcjobs.remote.hostkeys import ChangedHostKeyError, UnknownHostKeyError
-from hpcjobs.remote.policy import NO_RETRY, AuthenticationError, ConnectRetry
+from hpcjobs.remote.policy import AuthenticationError
 from hpcjobs.remote.runner import SshRunner, connect_runner
 from tests.live.conftest import SshClientHome
 from tests.live.sshd import SshServer, make_key
@@ -348,7 +349,7 @@ def test_wrong_key_exits_4_clearly_without_retry(ssh_home: SshClientHome, sshd: 
     ssh_home.write_config(ssh_home.alias_config(identity=wrong.private))
     ssh_home.trust_server()
     sleeps: list[float] = []
-    retry = ConnectRetry(attempts=5, sleep=sleeps.append)
+    retry = Backoff(attempts=5, sleep=sleeps.append)
     before = sshd.connections_logged()
 
     with pytest.raises(AuthenticationError) as info:
@@ -427,7 +428,7 @@ def test_refused_connection_is_retried(ssh_home: SshClientHome) -> None:
     from tests.live.sshd import free_port
 
     sleeps: list[float] = []
-    retry = ConnectRetry(attempts=3, sleep=sleeps.append)
+    retry = Backoff(attempts=3, sleep=sleeps.append)
     with pytest.raises(TransportError) as info:
         connect_runner(f"nobody@127.0.0.1:{free_port()}", retry=retry).run(["true"])
     assert info.value.exit_code == 4

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcjobs.backoff import NO_RETRY
 from hpcjobs.config.discover import ClusterSnapshot, build_draft, discover_site, read_cluster
 from hpcjobs.config.nodeprobe import (
     parse_default_route,
@@ -20,7 +21,6 @@ from hpcjobs.errors import BadInputError, CommandError, SlurmError
 from hpcjobs.runner import Result
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.slurm.parse import parse_config, parse_key_values, parse_scontrol_records
-from hpcjobs.slurm.retry import NO_RETRY
 from tests.fakes import RecordedRunner
 from tests.scenarios import SCENARIOS, draft_problems
 

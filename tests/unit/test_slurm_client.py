@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from hpcjobs.backoff import Backoff
 from hpcjobs.errors import CommandTimeoutError
 from hpcjobs.runner import Result
 from hpcjobs.slurm import parse
 from hpcjobs.slurm.classify import AccountingDisabledError, ErrorKind, SlurmCommandError
 from hpcjobs.slurm.client import SlurmClient, comment_has_token
-from hpcjobs.slurm.retry import RetryPolicy
 from tests.fakes import FakeRunner, Sleeps, client_for, fail, ok
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -64,7 +64,7 @@ def test_transient_error_is_retried_with_backoff(tmp_path: Path) -> None:
 
 def test_retries_stop_at_the_attempt_bound(tmp_path: Path) -> None:
     runner = FakeRunner().add("sbatch", fail(DOWN))
-    policy = RetryPolicy(total_s=1000, max_attempts=4, sleep=Sleeps())
+    policy = Backoff(attempts=4, total_s=1000, sleep=Sleeps())
     with pytest.raises(SlurmCommandError) as info:
         SlurmClient(runner, policy=policy).submit(tmp_path / "j.sh", [], token="t")
     assert runner.count("sbatch") == 4
@@ -117,7 +117,7 @@ def test_ambiguous_until_the_end_then_last_lookup(tmp_path: Path) -> None:
         .add("sbatch", fail(TIMEOUT))
         .add("squeue", ok(""), ok(""), ok(token_line("5", "hpcjobs:tok")))
     )
-    policy = RetryPolicy(total_s=100, max_attempts=3, sleep=Sleeps())
+    policy = Backoff(attempts=3, total_s=100, sleep=Sleeps())
     job = SlurmClient(runner, policy=policy).submit(tmp_path / "j.sh", [], token="tok")
     assert job == "5"
     assert runner.count("sbatch") == 3
@@ -125,7 +125,7 @@ def test_ambiguous_until_the_end_then_last_lookup(tmp_path: Path) -> None:
 
 def test_ambiguous_until_the_end_without_job_says_so(tmp_path: Path) -> None:
     runner = FakeRunner().add("sbatch", fail(TIMEOUT)).add("squeue", ok(""))
-    policy = RetryPolicy(total_s=100, max_attempts=2, sleep=Sleeps())
+    policy = Backoff(attempts=2, total_s=100, sleep=Sleeps())
     with pytest.raises(SlurmCommandError) as info:
         SlurmClient(runner, policy=policy).submit(tmp_path / "j.sh", [], token="tok")
     assert "hpcjobs:tok" in (info.value.hint or "")

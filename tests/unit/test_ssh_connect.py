@@ -11,10 +11,11 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from hpcjobs.backoff import Backoff
 from hpcjobs.errors import TransportError
 from hpcjobs.remote import connect as connect_module
 from hpcjobs.remote.hostkeys import TrustSources, UnknownHostKeyError
-from hpcjobs.remote.policy import AuthenticationError, ConnectRetry, TransientTransportError
+from hpcjobs.remote.policy import AuthenticationError, TransientTransportError
 from hpcjobs.remote.sshconfig import Target
 
 
@@ -39,8 +40,8 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _retry(sleeps: list[float], attempts: int = 4) -> ConnectRetry:
-    return ConnectRetry(attempts=attempts, first_wait_s=0.01, max_wait_s=0.01, sleep=sleeps.append)
+def _retry(sleeps: list[float], attempts: int = 4) -> Backoff:
+    return Backoff(attempts=attempts, first_wait_s=0.01, max_wait_s=0.01, sleep=sleeps.append)
 
 
 TRUST = TrustSources(global_files=())
