@@ -22,7 +22,8 @@ from hpcjobs.safetext import is_safe
 Locator = Callable[[KeyPath], tuple[str | None, int | None]]
 
 _SCHEMA_TAG = re.compile(
-    r"^(nullable|(function-[a-z]+|json-or-python|lax-or-strict|tagged-union|union|chain)\[.*)$"
+    r"^(nullable|constrained-[a-z]+|"
+    r"(function-[a-z]+|json-or-python|lax-or-strict|tagged-union|union|chain)\[.*)$"
 )
 _TYPE_ERRORS_WITH_INPUT = (
     "_type",
@@ -119,8 +120,12 @@ def ssh_findings(data: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
-def schema_findings(exc: ValidationError, model: type[BaseModel] = SiteConfig) -> list[Finding]:
-    """Turn pydantic errors into findings with dotted paths and did-you-mean hints."""
+def schema_findings(
+    exc: ValidationError, model: type[BaseModel] = SiteConfig, *, noun: str = "key"
+) -> list[Finding]:
+    """Turn pydantic errors into findings with key paths and did-you-mean hints: the one reading
+    of pydantic's errors, for site configs and job specs alike (``noun``: what an unknown one
+    is called, ``key`` or ``field``)."""
     findings: list[Finding] = []
     for err in exc.errors(include_url=False):
         loc: list[str | int] = [p for p in err["loc"] if not _is_schema_tag(p)]
@@ -131,9 +136,13 @@ def schema_findings(exc: ValidationError, model: type[BaseModel] = SiteConfig) -
                 f"invalid key {loc[-1]!r}: {_clean(err['msg'])}" if loc else _clean(err["msg"])
             )
         elif kind == "extra_forbidden":
-            message = unknown_key(str(loc[-1]), fields_at(model, tuple(loc[:-1])))
+            message = unknown_key(str(loc[-1]), fields_at(model, tuple(loc[:-1])), noun=noun)
         elif kind == "missing":
-            message = f"required key {loc[-1]!r} is missing" if loc else "a required key is missing"
+            message = (
+                f"required {noun} {loc[-1]!r} is missing"
+                if loc
+                else f"a required {noun} is missing"
+            )
         else:
             message = _clean(err["msg"])
             if any(tag in kind for tag in _TYPE_ERRORS_WITH_INPUT):

@@ -43,7 +43,6 @@ from hpcjobs.safetext import (
     check_pattern,
     check_signal_name,
     parse_int,
-    shown,
 )
 
 #: Causes a requeue budget is kept for: the fields of the site config's ``max_requeues``.
@@ -673,35 +672,18 @@ def _user() -> str:
 
 
 def _format_errors(exc: ValidationError, flag_keys: frozenset[str] = frozenset()) -> str:
-    from hpcjobs.config.problems import unknown_key
-    from hpcjobs.config.validate import fields_at
+    """One line per problem, ``  path: message`` (paths as ``site validate`` writes them,
+    ``command.1``), a field given on the command line said so."""
+    from hpcjobs.config.problems import dotted
+    from hpcjobs.config.validate import schema_findings
 
     lines = []
-    for error in exc.errors():
-        loc = tuple(error.get("loc", ()))
-        where = _dotted(loc)
-        message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
-        if error.get("type") == "extra_forbidden" and loc:
-            parents = tuple(p for p in loc[:-1] if not _is_tag(p))
-            message = unknown_key(str(loc[-1]), fields_at(JobSpec, parents), noun="field")
-        if loc and loc[0] in flag_keys:
+    for finding in schema_findings(exc, JobSpec, noun="field"):
+        where = dotted(finding.path)
+        if finding.path and finding.path[0] in flag_keys:
             where += " (command line)"
-        lines.append(f"  {where}: {message}" if where else f"  {message}")
+        lines.append(f"  {where}: {finding.message}" if where else f"  {finding.message}")
     return "\n".join(lines)
-
-
-def _is_tag(part: int | str) -> bool:
-    return str(part).startswith(("function-", "constrained-")) or part == "[key]"
-
-
-def _dotted(loc: Sequence[int | str]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not _is_tag(part):
-            out += f".{shown(part)}" if out else shown(part)
-    return out
 
 
 __all__ = [

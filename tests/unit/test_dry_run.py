@@ -77,7 +77,7 @@ def test_dry_run_splits_a_large_array_like_submit(tmp_path: Path) -> None:
     [
         (["--after", "12:afterbogus", "--", "true"], "bad dependency '12:afterbogus'"),
         (["--array", "5-1", "--", "true"], "array"),
-        (["--sbatch=--comment=a\u2028b", "--", "true"], "sbatch_options[0]"),
+        (["--sbatch=--comment=a\u2028b", "--", "true"], "sbatch_options.0"),
     ],
 )
 def test_dry_run_refuses_what_submit_refuses(tmp_path: Path, argv: list[str], message: str) -> None:

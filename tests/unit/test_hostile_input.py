@@ -87,7 +87,7 @@ def refused(result: Result, *needles: str) -> None:
         (["--container-image", ""], ["container.image"]),
         (["--container-image", "img", "--container-mount", "--bind"], ["container.mounts"]),
         (["--torchrun", "-x"], ["torchrun", "starts with '-'"]),
-        (["--sbatch", "--comment=a\x85b"], ["sbatch_options[0]", "NEL"]),
+        (["--sbatch", "--comment=a\x85b"], ["sbatch_options.0", "NEL"]),
         (["-t", "10\n"], ["time"]),
         (["-t", "١٠"], ["time"]),
         (["--output-dir", "/tmp/a\u2029b"], ["output_dir"]),
@@ -104,8 +104,8 @@ def test_hostile_flags_exit_2(command: str, args: list[str], needles: list[str])
         ([""], "the program to run (the command's first word) is empty"),
         (["   "], "is empty"),
         (["-c", "x"], "'-c' starts with '-'"),
-        (["python", "a\x85b"], "command[1]"),
-        (["python", "\udcff"], "command[1]: must be valid UTF-8"),
+        (["python", "a\x85b"], "command.1"),
+        (["python", "\udcff"], "command.1: must be valid UTF-8"),
     ],
 )
 def test_hostile_commands_exit_2(command: list[str], needle: str) -> None:

@@ -56,8 +56,8 @@ def test_parse_spec_accepts_yaml_shapes() -> None:
     ("data", "needle"),
     [
         ({"command": ["x"], "nodez": 2}, "nodez: unknown field"),
-        ({"command": ["x", 1.10]}, "command[1]: must be text"),
-        ({"command": ["x", True]}, "command[1]: must be text"),
+        ({"command": ["x", 1.10]}, "command.1: must be text"),
+        ({"command": ["x", True]}, "command.1: must be text"),
         ({"command": ["x"], "env": {"BAD-NAME": "1"}}, "not a valid environment variable"),
         ({"command": ["x"], "env": {"SLURM_X": "1"}}, "reserved"),
         ({"command": ["x"], "env": {"RANK": "1"}}, "set by hpcjobs"),
