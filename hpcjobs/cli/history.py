@@ -114,25 +114,7 @@ def _when(value: datetime | None) -> str:
 
 def _interruptions(ref: ChainRef) -> list[dict[str, Any]]:
     """Each stop of the chain, as JSON-ready data."""
-    return [
-        {
-            "cause": stop.cause,
-            "job_id": stop.job_id,
-            "resumed_job_id": stop.resumed_job_id,
-            "checkpoint_at_stop": stop.checkpoint_at_stop,
-            "progress_at_stop": stop.progress_at_stop,
-            "resumed_from_step": stop.resumed_from,
-            "steps_lost": stop.steps_lost,
-            "resume_latency_s": (
-                None if stop.resume_latency is None else round(stop.resume_latency, 1)
-            ),
-            "suspect": stop.suspect,
-            "evidence": stop.evidence,
-            "excluded_nodes": stop.excluded,
-            "how": stop.how,
-        }
-        for stop in ref.chain.interruptions()
-    ]
+    return [stop.to_dict() for stop in ref.chain.interruptions()]
 
 
 def _final(ref: ChainRef | None, histories: list[JobHistory]) -> tuple[Event | None, str]:

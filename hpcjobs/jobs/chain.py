@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hpcjobs.errors import HpcJobsError
 from hpcjobs.runner import Runner
@@ -57,6 +58,26 @@ class Interruption:
         if self.progress_at_stop is None or self.resumed_from is None:
             return None
         return max(0, self.progress_at_stop - self.resumed_from)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The interruption as ``history --json`` and ``report --json`` print it."""
+        latency = self.resume_latency
+        return {
+            "cause": self.cause,
+            "how": self.how,
+            "job_id": self.job_id,
+            "ended_at": self.ended_at,
+            "resumed_job_id": self.resumed_job_id,
+            "resumed_at": self.resumed_at,
+            "resume_latency_s": None if latency is None else round(latency, 1),
+            "checkpoint_at_stop": self.checkpoint_at_stop,
+            "progress_at_stop": self.progress_at_stop,
+            "resumed_from_step": self.resumed_from,
+            "steps_lost": self.steps_lost,
+            "suspect": self.suspect,
+            "evidence": self.evidence,
+            "excluded_nodes": list(self.excluded),
+        }
 
 
 class Chain(eventlog.Chain):

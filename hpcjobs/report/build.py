@@ -31,7 +31,7 @@ from hpcjobs.runtime.progress import Report
 from hpcjobs.runtime.supervisor.eventlog import IN_JOB, is_growth
 
 if TYPE_CHECKING:
-    from hpcjobs.jobs.chain import Chain, ChainRef, Interruption
+    from hpcjobs.jobs.chain import Chain, ChainRef
     from hpcjobs.report.gpu import GpuSummary
     from hpcjobs.runner import Runner
     from hpcjobs.runtime.supervisor.eventlog import Event
@@ -349,7 +349,7 @@ def chain_report(
         result=None if final is None else f"{final.cause}: {final.detail}",
         queue_wait_s=queue_wait,
         gaps_s=gaps,
-        interruptions=[_interruption(s) for s in stops],
+        interruptions=[s.to_dict() for s in stops],
         progress=dict(progress),
         steps_lost_event_log=sum(lost) if stops else None,
         gpu=gpu,
@@ -466,22 +466,6 @@ def _begin(run: RunReport, chain: Chain | None) -> float:
             if event.event == "start" and (event.job_id, event.restart) == (run.job_id, run.index):
                 return min(max(event.time, run.start), run.end)
     return run.start
-
-
-def _interruption(stop: Interruption) -> dict[str, Any]:
-    return {
-        "cause": stop.cause,
-        "job_id": stop.job_id,
-        "ended_at": stop.ended_at,
-        "resumed_job_id": stop.resumed_job_id,
-        "resumed_at": stop.resumed_at,
-        "resumed_from_step": stop.resumed_from,
-        "progress_at_stop": stop.progress_at_stop,
-        "steps_lost": stop.steps_lost,
-        "suspect": stop.suspect,
-        "evidence": stop.evidence,
-        "excluded_nodes": stop.excluded,
-    }
 
 
 # ---- gathering the inputs -------------------------------------------------------------------

@@ -69,3 +69,21 @@ def test_stopped_run_of_slurm_requeues() -> None:
         "5.0\t9\t2\trequeue\ttimeout\tcontinued as job 10 checkpoint=8\n"
     )
     assert [e.stopped_run for e in chain.events if e.event == "requeue"] == [0, 1, 2]
+
+
+def test_an_interruption_has_one_json_view() -> None:
+    """``history --json`` and ``report --json`` print the same fields, from one place."""
+    from hpcjobs.jobs.chain import Interruption
+
+    stop = Interruption(
+        "stall", "7", 100.0, "in_job", checkpoint_at_stop=40, progress_at_stop=45,
+        resumed_job_id="7", resumed_at=103.25, resumed_from=40, suspect="n2",
+        evidence="rank 9 at step 45 for 31 s", excluded=["n2"],
+    )  # fmt: skip
+    assert stop.to_dict() == {
+        "cause": "stall", "how": "in_job", "job_id": "7", "ended_at": 100.0,
+        "resumed_job_id": "7", "resumed_at": 103.25, "resume_latency_s": 3.2,
+        "checkpoint_at_stop": 40, "progress_at_stop": 45, "resumed_from_step": 40,
+        "steps_lost": 5, "suspect": "n2", "evidence": "rank 9 at step 45 for 31 s",
+        "excluded_nodes": ["n2"],
+    }  # fmt: skip
