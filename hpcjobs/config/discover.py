@@ -25,10 +25,10 @@ from hpcjobs.config.slurminfo import (
     parse_partitions,
     parse_sinfo_nodes,
 )
-from hpcjobs.config.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError, SlurmError
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.slurm.parse import parse_config, parse_scontrol_records
+from hpcjobs.slurm.slurmtime import parse_slurm_time
 
 SINFO_FORMAT = "%N|%P|%c|%z|%m|%G"
 DEFAULT_TIME = "01:00:00"

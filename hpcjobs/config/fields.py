@@ -1,6 +1,6 @@
 """Field types and validators shared by the site config's models and the job spec.
 
-Each wraps the one rule in :mod:`hpcjobs.safetext` or :mod:`hpcjobs.config.slurmtime`, so a
+Each wraps the one rule in :mod:`hpcjobs.safetext` or :mod:`hpcjobs.slurm.slurmtime`, so a
 site config and a job file refuse the same text the same way. What differs between the two on
 purpose stays in its own module: the job spec refuses the variable names hpcjobs manages
 (``script/jobspec.py``), and a site config accepts YAML numbers for NCCL values (``models.py``).
@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from hpcjobs.config.slurmtime import parse_slurm_time
 from hpcjobs.safetext import MAX_COUNT, check_safe, check_signal_name, int_checker
+from hpcjobs.slurm.slurmtime import parse_slurm_time
 
 
 def no_control(value: str) -> str:

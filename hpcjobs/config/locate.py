@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcjobs.config import SITE_ENV
+from hpcjobs.config import SANDBOX_SITE, SITE_ENV
 from hpcjobs.config.problems import suggest
 from hpcjobs.errors import ConfigError
 from hpcjobs.resources import site_configs_dir
@@ -161,13 +161,13 @@ def select_site_for_host(hostname: str | None = None) -> Path:
     for entry in list_sites():
         if entry.active and _patterns_match(_hostname_patterns(entry.path), names):
             return entry.path.resolve()
-    from hpcjobs.sandbox.layout import SANDBOX_ENV_COMMAND, SITE_NAME
+    from hpcjobs.slurm.classify import SANDBOX_ENV_COMMAND
 
     raise ConfigError(
         f"no site config matches this host ({', '.join(names)})",
         hint=f"pass --site NAME (see 'hpcjobs site list'), set {SITE_ENV}, or add a "
         f"'hostnames' pattern to your site config; for the local sandbox run "
-        f"'{SANDBOX_ENV_COMMAND}', which sets SLURM_CONF and {SITE_ENV}={SITE_NAME}",
+        f"'{SANDBOX_ENV_COMMAND}', which sets SLURM_CONF and {SITE_ENV}={SANDBOX_SITE}",
     )
 
 

@@ -8,16 +8,15 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hpcjobs.config import SITE_ENV
+from hpcjobs.config import SANDBOX_SITE, SITE_ENV
 from hpcjobs.errors import BadInputError
+from hpcjobs.slurm.classify import SANDBOX_ENV_COMMAND as SANDBOX_ENV_COMMAND
 
 #: Far from Slurm's defaults (6817-6819) and from MariaDB's 3306.
 DEFAULT_PORT_BASE = 16810
 CLUSTER_NAME = "sandbox"
 #: The built-in site config that describes the sandbox (``site-configs/sandbox.yaml``).
-SITE_NAME = "sandbox"
-#: What a shell runs to use the sandbox (see :meth:`Layout.shell_env`).
-SANDBOX_ENV_COMMAND = 'eval "$(hpcjobs sandbox env)"'
+SITE_NAME = SANDBOX_SITE
 GPU_TYPE = "h100"
 
 

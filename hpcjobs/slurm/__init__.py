@@ -11,14 +11,38 @@
 
 from __future__ import annotations
 
-from hpcjobs.slurm.classify import (
-    AccountingDisabledError,
-    ErrorKind,
-    SlurmCommandError,
-    UnknownJobError,
-)
-from hpcjobs.slurm.client import SlurmClient
-from hpcjobs.slurm.retry import SLURM_RETRY
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hpcjobs.slurm.classify import (
+        AccountingDisabledError,
+        ErrorKind,
+        SlurmCommandError,
+        UnknownJobError,
+    )
+    from hpcjobs.slurm.client import SlurmClient
+    from hpcjobs.slurm.retry import SLURM_RETRY
+
+#: The names this package offers, and their modules: imported on first use, so that a module
+#: of the package (the time syntax, the error classes) loads without the client.
+_LAZY = {
+    "SLURM_RETRY": "hpcjobs.slurm.retry",
+    "AccountingDisabledError": "hpcjobs.slurm.classify",
+    "ErrorKind": "hpcjobs.slurm.classify",
+    "SlurmClient": "hpcjobs.slurm.client",
+    "SlurmCommandError": "hpcjobs.slurm.classify",
+    "UnknownJobError": "hpcjobs.slurm.classify",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hpcjobs.slurm' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "SLURM_RETRY",

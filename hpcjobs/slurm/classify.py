@@ -111,10 +111,13 @@ _BAD_CONFIG = re.compile(
 )
 
 
+#: What a shell runs to use the local sandbox (:meth:`hpcjobs.sandbox.layout.Layout.shell_env`).
+#: Defined here, the lowest layer that names it in a hint (config and sandbox import it).
+SANDBOX_ENV_COMMAND = 'eval "$(hpcjobs sandbox env)"'
+
+
 def config_hint(stderr: str) -> str | None:
     """A hint for a Slurm client that cannot find or read the cluster's config, else None."""
-    from hpcjobs.sandbox.layout import SANDBOX_ENV_COMMAND
-
     if _NO_CONFIG.search(stderr):
         return (
             "Slurm cannot find the cluster config: SLURM_CONF is not set and there is no "

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
-from hpcjobs.config.slurmtime import format_slurm_time, parse_slurm_time
 from hpcjobs.runtime.supervisor.causes import RESIZING
+from hpcjobs.slurm.slurmtime import format_slurm_time, parse_slurm_time
 from hpcjobs.textlines import split_lines
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_./:]*)=")
@@ -377,7 +377,7 @@ def base_state(state: str) -> tuple[str, str | None]:
 def parse_duration(text: str) -> int | None:
     """Seconds from a duration Slurm reports (``"1:02:03"``, ``"2-00:00:10"``, ``"0:07"``,
     ``"00:01.500"``); None when unset or not a duration. Slurm's time syntax is parsed in one
-    place, :func:`hpcjobs.config.slurmtime.parse_slurm_time`; fractions of seconds are dropped.
+    place, :func:`hpcjobs.slurm.slurmtime.parse_slurm_time`; fractions of seconds are dropped.
     """
     value = text.strip().split(".", 1)[0]
     if ":" not in value:
