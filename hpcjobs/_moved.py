@@ -1,5 +1,6 @@
-"""Old import paths of the modules that moved under :mod:`hpcjobs.runtime` in 0.1.0. Each
-still works, with a :class:`DeprecationWarning`, until the next release removes it."""
+"""Old import paths of modules that moved (under :mod:`hpcjobs.runtime` in 0.1.0; Slurm's time
+syntax to :mod:`hpcjobs.slurm.slurmtime`). Each still works, with a
+:class:`DeprecationWarning`, until the next release removes it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import warnings
 #: Old module -> where it lives now.
 MOVED = {
     "hpcjobs.checkpoint": "hpcjobs.runtime.checkpoint",
+    "hpcjobs.config.slurmtime": "hpcjobs.slurm.slurmtime",
     "hpcjobs.distributed": "hpcjobs.runtime.distributed",
     "hpcjobs.resumable": "hpcjobs.runtime.resumable",
     "hpcjobs.stopflag": "hpcjobs.runtime.stopflag",
@@ -20,9 +22,11 @@ def forward(old: str) -> None:
     """Make the module ``old`` the module it moved to (the same objects, pickles included),
     and warn the importer."""
     new = MOVED[old]
+    public = (
+        " (or import the name from 'hpcjobs' itself)" if new.startswith("hpcjobs.runtime.") else ""
+    )
     warnings.warn(
-        f"'{old}' moved to '{new}' (or import the name from 'hpcjobs' itself); the old path "
-        "goes in the next release",
+        f"'{old}' moved to '{new}'{public}; the old path goes in the next release",
         DeprecationWarning,
         stacklevel=3,
     )

@@ -526,11 +526,9 @@ def _check_run_folder(rendered: Any, reuse: Reuse | None) -> None:
     """What submitting would do with the checkpoint folder (a dry run: nothing changes)."""
     from hpcjobs.jobs.submit import claim_folder
     from hpcjobs.runner import LocalRunner
-    from hpcjobs.slurm.backend import make_client
 
-    runner = LocalRunner()
     note = claim_folder(
-        rendered, client=make_client(runner), runner=runner, reuse=reuse, dry_run=True
+        rendered, client=None, runner=LocalRunner(), reuse=reuse, dry_run=True
     ).note()
     if note:
         click.echo(f"Note: {note}", err=True)

@@ -22,7 +22,7 @@ from hpcjobs.safetext import is_safe
 Locator = Callable[[KeyPath], tuple[str | None, int | None]]
 
 _SCHEMA_TAG = re.compile(
-    r"^(nullable|constrained-[a-z]+|"
+    r"^(constrained-[a-z]+|"
     r"(function-[a-z]+|json-or-python|lax-or-strict|tagged-union|union|chain)\[.*)$"
 )
 _TYPE_ERRORS_WITH_INPUT = (

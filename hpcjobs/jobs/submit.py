@@ -43,7 +43,7 @@ class Submitted:
 def claim_folder(
     rendered: RenderedJobLike,
     *,
-    client: SlurmClient,
+    client: SlurmClient | None,
     runner: Runner,
     files: FileStore | None = None,
     reuse: Reuse | None = None,
@@ -51,14 +51,16 @@ def claim_folder(
 ) -> Prepared:
     """Check the checkpoint folder of ``rendered`` against its run and claim it (unless
     ``dry_run``). A folder another run claimed and never checkpointed into is taken over
-    when none of that run's jobs may still start (one Slurm query)."""
+    when none of that run's jobs may still start (one Slurm query; ``client`` None: made on
+    ``runner`` then, so that a dry run that never asks builds none)."""
 
     def queued(job_ids: list[str]) -> bool | None:
+        from hpcjobs.slurm.backend import make_client
         from hpcjobs.slurm.jobs import query_status
         from hpcjobs.slurm.states import is_terminal
 
         try:
-            report = query_status(client, job_ids)
+            report = query_status(client or make_client(runner), job_ids)
         except HpcJobsError:
             return None
         return any(not is_terminal(job.state) for job in report.jobs)

@@ -234,6 +234,8 @@ class HpcExecutor(submitit_slurm.SlurmExecutor):
     def _submit_rendered(self, rendered: RenderedJob, count: int) -> list[str]:
         """Submit; return one job id per call, in order (``<array id>_<index>`` for arrays)."""
         limit = self.client.max_array_size() if count > 1 else None
+        # The folder of every submission's checkpoint folder: private before a claim makes it.
+        make_private_dir(Path(str(rendered.spec.checkpoint_dir)).parent)
         self._throttle()
         # The use case of 'hpcjobs submit': the checkpoint folder claimed, the record written,
         # the job ids noted in the folder (history and report know the job the same way). The

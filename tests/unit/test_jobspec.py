@@ -300,3 +300,10 @@ def test_too_short_time_hint_offers_a_lead_that_leaves_the_60s_window(dgx: SiteC
     policy = RequeuePolicy(lead_time=120)
     job = resolve_spec(JobSpec(time="00:04:00", command=["x"], requeue=policy), dgx)
     assert job.requeue.lead_time == 120 and 240 - (120 + 60) >= 60
+
+
+def test_a_variable_named_like_a_schema_tag_is_still_named() -> None:
+    """``nullable`` is a variable name like any other, not a part of pydantic's paths."""
+    with pytest.raises(BadInputError) as caught:
+        parse_spec({"command": ["x"], "env": {"nullable": [1]}})
+    assert "env.nullable: " in caught.value.message

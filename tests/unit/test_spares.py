@@ -193,12 +193,25 @@ def test_nodes_leave_the_job_only_once_its_steps_have_ended(
     assert slurm.shrunk == [["n1", "n3"]]
     err = capsys.readouterr().err
     assert "waiting for step(s) 300.4 to end before nodes leave" in err
+    # What is left of the steps gets a KILL, once (an agent on a node that hangs, say).
+    assert [c for c in slurm.calls if c.startswith("cancel")] == ["cancel 300.4"]
     if ends_after is None:
         assert clock.now - started >= STEPS_END_S
         assert f"step(s) 300.4 still listed {STEPS_END_S} s after the run ended" in err
     else:
         assert ends_after <= clock.now - started < ends_after + 1
         assert "still listed" not in err
+
+
+def test_slurms_sigterm_ends_the_wait_for_the_steps(tmp_path: Path) -> None:
+    """A cancel during the wait: the decision must be logged before KillWait runs out."""
+    slurm = JobSlurm()
+    sup = _supervisor(tmp_path, slurm)
+    slurm.steps = ["300.4"]
+    sup.term_at = 1.0
+    started = sup.clock()
+    sup.steps_ended()
+    assert sup.clock() == started
 
 
 @pytest.mark.parametrize(
