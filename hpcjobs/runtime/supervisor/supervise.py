@@ -82,6 +82,10 @@ GROW_WAIT_MARGIN_S = 60
 #: How long the agents get to write once more and clean up (an agent on a dead node never
 #: answers: its srun is killed then).
 AGENTS_STOP_S = 5
+#: How often the agents are asked again to end while they have not: through Slurm (a scancel
+#: each time), and to the one agent of a job of one node (a signal, nothing more).
+AGENTS_RESEND_S = 1.0
+LOCAL_AGENT_RESEND_S = 0.1
 
 #: How long the supervisor waits for the launcher after a SIGTERM before it decides anyway.
 #: Slurm kills the whole job KillWait (30 s by default) after its SIGTERM, and a step of many
@@ -734,10 +738,12 @@ class Supervisor:
         deadline = time.monotonic() + AGENTS_STOP_S
         if self.agents_asking is not None:
             self.agents_asking.join(timeout=max(0.0, deadline - time.monotonic()))
-        # Wait first where ask_agents reached them. Then SIGHUP again each second: one sent
-        # before an agent set its handler is lost where the job inherited SIGHUP ignored
-        # (nohup), or kills it before it wrote (no harm).
+        # Wait first where ask_agents reached them. Then SIGHUP again, each second through
+        # Slurm (one scancel each), every 0.1 s to an agent of this node: one sent before an
+        # agent set its handler is lost where the job inherited SIGHUP ignored (nohup), or
+        # kills it before it wrote (no harm).
         asked = self.agents_asked
+        again = AGENTS_RESEND_S if self.agents_step else LOCAL_AGENT_RESEND_S
         while agents is not None and agents.poll() is None:
             if time.monotonic() >= deadline:
                 agents.kill()
@@ -746,7 +752,7 @@ class Supervisor:
                 self.signal_agents()
             asked = False
             with contextlib.suppress(subprocess.TimeoutExpired):
-                agents.wait(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+                agents.wait(timeout=min(again, max(0.0, deadline - time.monotonic())))
         # An agent killed before it cleaned up leaves this node's folder: it goes too.
         shutil.rmtree(self.env.get("HPCJOBS_PROGRESS_DIR", ""), ignore_errors=True)
         with contextlib.suppress(OSError):
