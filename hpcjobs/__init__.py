@@ -85,12 +85,9 @@ PUBLIC = {
 
 def __getattr__(name: str) -> Any:
     """The names of :data:`PUBLIC`, imported on first use."""
-    module = PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hpcjobs' has no attribute {name!r}")
-    import importlib
+    from hpcjobs.lazy import lazy_name
 
-    value = getattr(importlib.import_module(module), name)
+    value = lazy_name(__name__, PUBLIC, name)
     globals()[name] = value
     return value
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from hpcjobs.backoff import NO_RETRY, Backoff
+from hpcjobs.backoff import Backoff
 from hpcjobs.errors import TransportError
 
 T = TypeVar("T")
@@ -44,7 +44,6 @@ def call(policy: Backoff, fn: Callable[[], T], *, label: str) -> T:
 
 __all__ = [
     "CONNECT_RETRY",
-    "NO_RETRY",
     "AuthenticationError",
     "TransientTransportError",
     "call",

@@ -15,8 +15,6 @@ from hpcjobs.slurm.classify import SANDBOX_ENV_COMMAND as SANDBOX_ENV_COMMAND
 #: Far from Slurm's defaults (6817-6819) and from MariaDB's 3306.
 DEFAULT_PORT_BASE = 16810
 CLUSTER_NAME = "sandbox"
-#: The built-in site config that describes the sandbox (``site-configs/sandbox.yaml``).
-SITE_NAME = SANDBOX_SITE
 GPU_TYPE = "h100"
 
 
@@ -201,4 +199,4 @@ class Layout:
     def shell_env(self) -> dict[str, str]:
         """What ``hpcjobs sandbox env`` exports: the Slurm client's variables, and the sandbox
         site for hpcjobs itself, so ``hpcjobs submit`` needs no ``--site``."""
-        return {**self.client_env(), SITE_ENV: SITE_NAME}
+        return {**self.client_env(), SITE_ENV: SANDBOX_SITE}

@@ -36,12 +36,9 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hpcjobs.slurm' has no attribute {name!r}")
-    import importlib
+    from hpcjobs.lazy import lazy_name
 
-    return getattr(importlib.import_module(module), name)
+    return lazy_name(__name__, _LAZY, name)
 
 
 __all__ = [

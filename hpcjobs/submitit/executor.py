@@ -209,8 +209,7 @@ class HpcExecutor(submitit_slurm.SlurmExecutor):
                 path.unlink(missing_ok=True)
             raise
         tasks = list(range(self._num_tasks()))
-        checkpoints = Path(str(rendered.spec.checkpoint_dir))
-        make_private_dir(checkpoints.parent)
+        checkpoints = Path(str(rendered.spec.checkpoint_dir))  # parent: private (_submit_rendered)
         jobs: list[core.Job[Any]] = []
         for index, (job_id, pickled) in enumerate(zip(job_ids, pickles, strict=True)):
             job: HpcJob[Any] = HpcJob(folder=self.folder, job_id=job_id, tasks=tasks)

@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from hpcjobs.cli import cli
-from hpcjobs.config import SITE_ENV
+from hpcjobs.config import SANDBOX_SITE, SITE_ENV
 from hpcjobs.config.locate import select_site_for_host
 from hpcjobs.errors import EXIT_BAD_INPUT, EXIT_SLURM, ConfigError, TemplateError
-from hpcjobs.sandbox.layout import SANDBOX_ENV_COMMAND, SITE_NAME, Layout
+from hpcjobs.sandbox.layout import SANDBOX_ENV_COMMAND, Layout
 from hpcjobs.script.render import master_port_expr
 from hpcjobs.slurm.classify import ErrorKind, SlurmCommandError, classify_text, config_hint
 
@@ -60,7 +60,7 @@ def test_sandbox_env_exports_slurm_conf_and_the_sandbox_site(tmp_path: Path) -> 
 
 def test_shell_env_is_the_client_env_plus_the_site(tmp_path: Path) -> None:
     layout = Layout(tmp_path)
-    assert layout.shell_env() == {**layout.client_env(), SITE_ENV: SITE_NAME}
+    assert layout.shell_env() == {**layout.client_env(), SITE_ENV: SANDBOX_SITE}
     # Slurm clients and daemons started by the sandbox get only what Slurm needs.
     assert SITE_ENV not in layout.client_env()
 
