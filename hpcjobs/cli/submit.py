@@ -383,11 +383,9 @@ def _dry_run_plan(rendered: Any, after: list[str]) -> Any:
     """The submission plan, with every check ``submit`` makes; Slurm is asked only for
     ``MaxArraySize`` when an array needs it (Slurm's default when it cannot be reached)."""
     from hpcjobs.jobs.submission import plan_submission
-    from hpcjobs.runner import LocalRunner
-    from hpcjobs.slurm.client import SlurmClient
 
     try:
-        return plan_submission(rendered, client=SlurmClient(LocalRunner()), after=after)
+        return plan_submission(rendered, client=_LocalSlurm(), after=after)
     except BadInputError:
         raise
     except HpcJobsError:
@@ -395,6 +393,16 @@ def _dry_run_plan(rendered: Any, after: list[str]) -> Any:
             "Note: Slurm could not be asked for MaxArraySize; assuming its default.", err=True
         )
         return plan_submission(rendered, client=None, after=after)
+
+
+class _LocalSlurm:
+    """The local Slurm, loaded only when a dry run has to ask it something."""
+
+    def max_array_size(self) -> int:
+        from hpcjobs.runner import LocalRunner
+        from hpcjobs.slurm.client import SlurmClient
+
+        return SlurmClient(LocalRunner()).max_array_size()
 
 
 def _print_dry_run(rendered: Any, plan: Any) -> None:

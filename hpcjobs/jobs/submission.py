@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hpcjobs import __version__
 from hpcjobs.errors import BadInputError, HpcJobsError, SlurmError
@@ -37,7 +37,10 @@ from hpcjobs.jobs.records import FileStore, LocalFiles, record_text, remember
 from hpcjobs.jobs.supervisorapp import write_supervisor
 from hpcjobs.safetext import require_safe
 from hpcjobs.slurm.arrays import ArrayChunk, parse_array, split_array
-from hpcjobs.slurm.client import DEFAULT_MAX_ARRAY_SIZE, SlurmClient, sbatch_argv
+from hpcjobs.slurm.sbatchline import DEFAULT_MAX_ARRAY_SIZE, sbatch_argv
+
+if TYPE_CHECKING:
+    from hpcjobs.slurm.client import SlurmClient
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,14 @@ TASK_VAR = "HPCJOBS_ARRAY_TASK_ID"
 DEPENDENCY_TYPES = ("afterok", "afterany", "afternotok")
 
 _AFTER = re.compile(r"([0-9]+(?:_[0-9]+)?)(?::(afterok|afterany|afternotok))?")
+
+
+class ArrayLimitSource(Protocol):
+    """Who can tell the cluster's ``MaxArraySize`` (a :class:`SlurmClient` can)."""
+
+    def max_array_size(self) -> int:
+        """The largest array index plus one the cluster accepts."""
+        ...
 
 
 class RenderedJobLike(Protocol):
@@ -141,7 +152,7 @@ class SubmissionPlan:
 def plan_submission(
     rendered: RenderedJobLike,
     *,
-    client: SlurmClient | None,
+    client: ArrayLimitSource | None,
     max_array_size: int | None = None,
     after: Sequence[str] | None = None,
 ) -> SubmissionPlan:

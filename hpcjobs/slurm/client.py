@@ -30,20 +30,21 @@ from hpcjobs.slurm.classify import (
     slurm_message,
 )
 from hpcjobs.slurm.retry import SLURM_RETRY
+from hpcjobs.slurm.sbatchline import (
+    DEFAULT_MAX_ARRAY_SIZE,
+    comment_for,
+    comment_has_token,
+    sbatch_argv,
+)
 from hpcjobs.textlines import split_lines
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Prefix of the comment that carries a submission token.
-TOKEN_PREFIX = "hpcjobs:"
-
 #: sbatch retries a busy controller by itself for up to ~2 minutes: leave it that time.
 SUBMIT_TIMEOUT_S = 150.0
 QUERY_TIMEOUT_S = 60.0
-
-DEFAULT_MAX_ARRAY_SIZE = 1001
 
 #: Pins the output format the parsers expect (a user's SLURM_TIME_FORMAT would change dates).
 CLIENT_ENV = {"SLURM_TIME_FORMAT": "standard"}
@@ -68,25 +69,6 @@ class CancelOutcome:
     signalled: tuple[str, ...]
     unknown: tuple[str, ...]
     finished: tuple[str, ...]
-
-
-def comment_for(token: str) -> str:
-    """The ``--comment`` value that marks a submission with ``token``."""
-    return f"{TOKEN_PREFIX}{token}"
-
-
-def sbatch_argv(
-    script: str | Path, sbatch_args: Sequence[str], *, token: str, comment: str | None = None
-) -> list[str]:
-    """The exact ``sbatch`` command line :meth:`SlurmClient.submit` runs for one job."""
-    marker = comment_for(token) + (f" {comment}" if comment else "")
-    return ["sbatch", "--parsable", *sbatch_args, f"--comment={marker}", str(script)]
-
-
-def comment_has_token(comment: str, token: str) -> bool:
-    """True if a job's comment carries exactly ``token``."""
-    marker = comment_for(token)
-    return comment == marker or comment.startswith(marker + " ")
 
 
 def check_job_ids(job_ids: Sequence[str]) -> list[str]:

@@ -11,7 +11,8 @@ from hpcjobs.errors import CommandTimeoutError
 from hpcjobs.runner import Result
 from hpcjobs.slurm import parse
 from hpcjobs.slurm.classify import AccountingDisabledError, ErrorKind, SlurmCommandError
-from hpcjobs.slurm.client import SlurmClient, comment_has_token
+from hpcjobs.slurm.client import SlurmClient
+from hpcjobs.slurm.sbatchline import comment_has_token
 from tests.fakes import FakeRunner, Sleeps, client_for, fail, ok
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
