@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcjobs.config.models import Requeue
+from hpcjobs.config.models import Requeue, Setup, SlurmDefaults
 from hpcjobs.config.nodeprobe import PROBE_SCRIPT, ProbedNode, numa_cpulists, parse_probe_output
 from hpcjobs.config.slurminfo import (
     ClusterFacts,
@@ -31,7 +31,8 @@ from hpcjobs.slurm.parse import parse_config, parse_scontrol_records
 from hpcjobs.slurm.slurmtime import parse_slurm_time
 
 SINFO_FORMAT = "%N|%P|%c|%z|%m|%G"
-DEFAULT_TIME = "01:00:00"
+#: The site-wide default time limit, unless the default partition allows less.
+DEFAULT_TIME: str = SlurmDefaults.model_fields["time"].default
 ROCE_GID_INDEX = 3
 PROBE_TIMEOUT = 180.0
 _PREEMPTING_MODES = ("REQUEUE", "CANCEL", "SUSPEND")
@@ -166,7 +167,7 @@ def build_draft(snapshot: ClusterSnapshot, *, name: str | None = None, now: str 
     w("  account: null")
     w("  qos: null")
     w(f"  time: {_y(_default_time(default['max_time']))}")
-    w(f"  output_dir: {_y('~/hpcjobs/runs/{job_name}')}")
+    w(f"  output_dir: {_y(SlurmDefaults.model_fields['output_dir'].default)}")
     if snapshot.facts.version:
         w(f"  version: {_y(snapshot.facts.version)}")
     if snapshot.facts.max_array_size:
@@ -203,11 +204,12 @@ def build_draft(snapshot: ClusterSnapshot, *, name: str | None = None, now: str 
     w("#  production:")
     w('#    env: {NCCL_IB_TIMEOUT: "22", NCCL_IB_RETRY_CNT: "7"}')
     w("")
+    setup = Setup()
     w("setup:")
-    w("  modules: []")
-    w("  lines: []")
+    w(f"  modules: {_y(setup.modules)}")
+    w(f"  lines: {_y(setup.lines)}")
     w("  container:")
-    w("    runtime: none")
+    w(f"    runtime: {_y(setup.container.runtime)}")
     w("")
     requeue = Requeue()
     budgets = ", ".join(f"{k}: {v}" for k, v in requeue.max_requeues.model_dump().items())

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcjobs.config.locate import locate_site, select_site_for_host, user_config_file
-from hpcjobs.config.models import Requeue, SiteConfig
+from hpcjobs.config.models import Requeue, Setup, SiteConfig, SlurmDefaults
 from hpcjobs.config.problems import InvalidConfigError, KeyPath, Problem, dotted, suggest
 from hpcjobs.config.validate import to_problems, validate_data
 from hpcjobs.config.yamlfile import YamlDoc, read_yaml_file
@@ -32,10 +32,11 @@ from hpcjobs.safetext import parse_int
 _INDEX = re.compile(r"[0-9]{1,9}")
 
 #: The lowest layer: values every site gets unless its file says otherwise.
+#: Taken from the models' own defaults (config/models.py), so that each is written once; the
+#: layer exists so that ``site show`` can say a value is built in.
 BUILTIN_DEFAULTS: dict[str, Any] = {
-    "slurm": {"time": "01:00:00", "output_dir": "~/hpcjobs/runs/{job_name}"},
-    "setup": {"modules": [], "lines": [], "container": {"runtime": "none"}},
-    # The defaults of the model itself (config/models.py), so that they are written once.
+    "slurm": SlurmDefaults().model_dump(include={"time", "output_dir"}),
+    "setup": Setup().model_dump(include={"modules": True, "lines": True, "container": {"runtime"}}),
     "requeue": Requeue().model_dump(),
 }
 

@@ -267,7 +267,7 @@ def _context(
         and plan.has_nics
         and tuned.get("NCCL_IB_HCA", EnvVar("", "", "")).origin.startswith("topology")
     )
-    signals = [job.requeue.signal or "USR2"]
+    signals = [_warning(job)[0]]
     if "TERM" not in signals:
         signals.append("TERM")
     container = _container(job, site)
@@ -310,15 +310,25 @@ def _context(
     }
 
 
+def _warning(job: JobSpec) -> tuple[str, int]:
+    """The warning signal and its lead time, which :func:`resolve_spec` always sets (from the
+    job, else the site)."""
+    signal, lead = job.requeue.signal, job.requeue.lead_time
+    if signal is None or lead is None:
+        raise TypeError("render_job needs a job spec from resolve_spec")
+    return signal, lead
+
+
 def _policy(job: JobSpec, site: SiteConfig, signals: list[str], continuation: list[str]) -> str:
     """The supervisor's policy (:mod:`hpcjobs.runtime.supervisor.policy`) as JSON."""
     from hpcjobs.runtime.supervisor.policy import Policy, dump
 
     faults = _faults(job, site)
     requeue = job.requeue
+    signal, lead = _warning(job)
     policy = Policy(
-        signal=requeue.signal or "USR2",
-        lead=requeue.lead_time or 300,
+        signal=signal,
+        lead=lead,
         forward=signals,
         budgets=dict(requeue.max_requeues),
         max_total=requeue.max_total,

@@ -14,7 +14,7 @@ can be added as new fields with defaults without breaking ``--json`` consumers.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -57,23 +57,13 @@ _OUTCOMES: dict[str, tuple[str, str]] = {
 
 
 @dataclass(frozen=True)
-class Run:
-    """One run of a job: from one start to the next requeue, or to the end."""
+class Run(parse.AcctRow):
+    """One run of a job, from one start to the next requeue or to the end: its accounting
+    record, where it stands among the job's runs, and how it ended."""
 
-    job_id: str
     index: int  # 0 for the first run; equals SLURM_RESTART_COUNT inside that run
-    state: str
     cause: str
     detail: str
-    submit: datetime | None
-    eligible: datetime | None
-    start: datetime | None
-    end: datetime | None
-    elapsed_s: int | None
-    nodes: int | None
-    nodelist: str
-    exit_code: int | None
-    exit_signal: int | None
     gap_to_next_s: float | None = None  # end of this run to the start of the next one
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,30 +131,17 @@ def build_history(
         runs: list[Run] = []
         for index, row in enumerate(group):
             cause, detail = classify_run(row, requeued_by_hpcjobs=index in marks.get(job_id, ()))
-            runs.append(
-                Run(
-                    job_id=job_id,
-                    index=index,
-                    state=row.state,
-                    cause=cause,
-                    detail=detail,
-                    submit=row.submit,
-                    eligible=row.eligible,
-                    start=row.start,
-                    end=row.end,
-                    elapsed_s=row.elapsed_s,
-                    nodes=row.nodes,
-                    nodelist=row.nodelist,
-                    exit_code=row.exit_code,
-                    exit_signal=row.exit_signal,
-                )
-            )
+            runs.append(Run(**_fields_of(row), index=index, cause=cause, detail=detail))
         for i in range(len(runs) - 1):
             this, nxt = runs[i], runs[i + 1]
             if this.end and nxt.start:
                 runs[i] = replace(this, gap_to_next_s=(nxt.start - this.end).total_seconds())
         histories.append(JobHistory(job_id=job_id, name=group[-1].name, runs=runs))
     return histories
+
+
+def _fields_of(row: parse.AcctRow) -> dict[str, Any]:
+    return {f.name: getattr(row, f.name) for f in fields(parse.AcctRow)}
 
 
 def job_history(
