@@ -26,9 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hpcjobs.jobs.records import remember, write_record
-from hpcjobs.report.accounting import FIELDS
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.slurm.client import SlurmClient
+from hpcjobs.slurm.usage import FIELDS
 
 SLURM = {"sacct", "squeue", "scontrol", "sbatch", "scancel", "sinfo"}
 

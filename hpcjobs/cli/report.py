@@ -127,7 +127,6 @@ def gather(
     until: str | None = None,
 ) -> list[ChainReport]:
     """The reports of the named chains, or of every chain in the window."""
-    from hpcjobs.report.accounting import fetch_usage
     from hpcjobs.report.build import collect, requested_from_record
     from hpcjobs.slurm.classify import UnknownJobError
     from hpcjobs.slurm.client import check_job_ids
@@ -141,7 +140,7 @@ def gather(
         if unknown and len(unknown) == len(reports):
             raise UnknownJobError(unknown, hint="accounting has no run of it yet (pending?)")
         return reports
-    usage = fetch_usage(client, None, user=user, since=since, until=until, account=account)
+    usage = client.usage(None, user=user, since=since, until=until, account=account)
     seen = list(dict.fromkeys(u.job_id for u in usage))
     refs = _chains(runner, seen, host)
     inside: set[str] = set()
@@ -152,7 +151,7 @@ def gather(
     wanted = {j for root, ref in refs.items() for j in (ref.chain.job_ids if ref else [root])}
     missing = sorted(wanted - set(seen))
     if missing:  # continuations that ran after the window: one more sacct for all of them
-        usage = [*usage, *fetch_usage(client, missing)]
+        usage = [*usage, *client.usage(missing)]
     return collect(
         client,
         runner,

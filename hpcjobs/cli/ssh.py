@@ -107,8 +107,8 @@ def check(ctx: click.Context, host: str) -> None:
     click.echo(f"Connected to {connection.target.label}")
     click.echo(f"Host key: {connection.key_type} {connection.key_fingerprint}")
     try:
-        result = SlurmClient(runner, policy=NO_RETRY).run(["sinfo", "--version"], timeout=60)
+        version = SlurmClient(runner, policy=NO_RETRY).reach(timeout=60)
     except SlurmError as exc:
         exc.hint = "the SSH connection works, but Slurm's commands fail on that host"
         raise
-    click.echo(f"Slurm: {result.stdout.strip() or '(no output)'}")
+    click.echo(f"Slurm: {version or '(no output)'}")

@@ -16,21 +16,11 @@ from typing import Any
 
 from hpcjobs.config.models import Requeue, Setup, SlurmDefaults
 from hpcjobs.config.nodeprobe import PROBE_SCRIPT, ProbedNode, numa_cpulists, parse_probe_output
-from hpcjobs.config.slurminfo import (
-    ClusterFacts,
-    NodeInfo,
-    PartitionInfo,
-    merge_scontrol_nodes,
-    parse_cluster_facts,
-    parse_partitions,
-    parse_sinfo_nodes,
-)
 from hpcjobs.errors import BadInputError, SlurmError
 from hpcjobs.slurm.client import SlurmClient
-from hpcjobs.slurm.parse import parse_config, parse_scontrol_records
+from hpcjobs.slurm.clusterinfo import ClusterFacts, NodeInfo, PartitionInfo
 from hpcjobs.slurm.slurmtime import parse_slurm_time
 
-SINFO_FORMAT = "%N|%P|%c|%z|%m|%G"
 #: The site-wide default time limit, unless the default partition allows less.
 DEFAULT_TIME: str = SlurmDefaults.model_fields["time"].default
 ROCE_GID_INDEX = 3
@@ -63,21 +53,8 @@ def read_cluster(client: SlurmClient, *, timeout: float = 60.0) -> ClusterSnapsh
     Raises:
         SlurmError: A Slurm command failed for good (for example, no controller is reachable).
     """
-    sinfo = client.run(
-        ["sinfo", "--noheader", "--Node", "--all", f"--format={SINFO_FORMAT}"], timeout=timeout
-    )
-    node_text = client.run(["scontrol", "--oneliner", "show", "node"], timeout=timeout)
-    part_text = client.run(
-        ["scontrol", "--all", "--oneliner", "show", "partition"], timeout=timeout
-    )
-    config_text = client.run(["scontrol", "show", "config"], timeout=timeout)
-    nodes = parse_sinfo_nodes(sinfo.stdout)
-    merge_scontrol_nodes(nodes, parse_scontrol_records(node_text.stdout))
-    return ClusterSnapshot(
-        facts=parse_cluster_facts(parse_config(config_text.stdout)),
-        nodes=nodes,
-        partitions=parse_partitions(parse_scontrol_records(part_text.stdout)),
-    )
+    view = client.cluster(timeout=timeout)
+    return ClusterSnapshot(facts=view.facts, nodes=view.nodes, partitions=view.partitions)
 
 
 def probe_node(client: SlurmClient, snapshot: ClusterSnapshot, node: str) -> ProbedNode:
@@ -92,18 +69,19 @@ def probe_node(client: SlurmClient, snapshot: ClusterSnapshot, node: str) -> Pro
         known = ", ".join(sorted(snapshot.nodes)) or "none"
         raise BadInputError(f"node {node!r} is not in this cluster (known: {known})")
     partition = info.partitions[0].rstrip("*") if info.partitions else None
-    argv = ["srun", f"--nodelist={node}", "--nodes=1", "--ntasks=1", "--time=5"]
-    argv += ["--job-name=hpcjobs-discover", "--quiet"]
-    if partition:
-        argv.append(f"--partition={partition}")
-    argv += ["sh", "-c", PROBE_SCRIPT]
-    result = client.run(argv, timeout=PROBE_TIMEOUT)
-    if "@@end" not in result.stdout:
+    output = client.run_on_node(
+        node,
+        ["sh", "-c", PROBE_SCRIPT],
+        partition=partition,
+        job_name="hpcjobs-discover",
+        timeout=PROBE_TIMEOUT,
+    )
+    if "@@end" not in output:
         raise SlurmError(
             f"probing node {node!r} returned incomplete output",
             hint="run 'srun -w NODE hostname' to check that jobs can start there",
         )
-    return parse_probe_output(result.stdout)
+    return parse_probe_output(output)
 
 
 def discover_site(

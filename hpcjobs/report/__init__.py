@@ -1,7 +1,8 @@
 """``hpcjobs report``: where a chain's allocated GPU-hours went (goodput, badput, timelines).
 
-- :mod:`~hpcjobs.report.accounting`: each run's allocation from one ``sacct`` (AllocTRES x
-  elapsed, CPU efficiency, peak memory), for any number of jobs or a time window;
+- each run's allocation comes from ``SlurmClient.usage`` (:mod:`hpcjobs.slurm.usage`:
+  AllocTRES x elapsed, CPU efficiency, peak memory), one ``sacct`` for any number of jobs or a
+  time window;
 - :mod:`~hpcjobs.report.progress`: the per-rank progress reports of a chain
   (:mod:`hpcjobs.runtime.progress`);
 - :mod:`~hpcjobs.report.gpu`: GPU telemetry samples (``nvidia-smi --query-gpu``);

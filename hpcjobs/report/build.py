@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from hpcjobs.report.accounting import RunUsage, fetch_usage
 from hpcjobs.report.goodput import (
     BADPUT_PARTS,
     LABELS,
@@ -29,6 +28,7 @@ from hpcjobs.report.goodput import (
 )
 from hpcjobs.runtime.progress import Report
 from hpcjobs.runtime.supervisor.eventlog import IN_JOB, is_growth
+from hpcjobs.slurm.usage import RunUsage
 
 if TYPE_CHECKING:
     from hpcjobs.jobs.chain import Chain, ChainRef
@@ -492,7 +492,7 @@ def collect(
         ids: list[str] = []
         for root, ref in refs.items():
             ids += ref.chain.job_ids if ref is not None else [root]
-        usage = fetch_usage(client, list(dict.fromkeys(ids)))
+        usage = client.usage(list(dict.fromkeys(ids)))
     reports = []
     for root, ref in refs.items():
         progress = read_progress(runner, ref.output_dir, root) if ref is not None else {}

@@ -21,7 +21,7 @@ from typing import Protocol, TypeVar
 from hpcjobs.backoff import Backoff
 from hpcjobs.errors import BadInputError, CommandError, CommandNotFoundError, SlurmError
 from hpcjobs.runner import Result, Runner
-from hpcjobs.slurm import parse, retry
+from hpcjobs.slurm import clusterinfo, parse, retry, usage
 from hpcjobs.slurm.classify import (
     AccountingDisabledError,
     ErrorKind,
@@ -186,6 +186,46 @@ class SlurmClient:
             self._config = parse.parse_config(result.stdout)
         return self._config
 
+    def cluster(self, *, timeout: float | None = None) -> clusterinfo.ClusterView:
+        """The cluster's settings, nodes (with GRES and partitions) and partitions: ``sinfo``,
+        ``scontrol show node`` and ``show partition``, and :meth:`config`."""
+        sinfo = ["sinfo", "--noheader", "--Node", "--all", f"--format={clusterinfo.SINFO_FORMAT}"]
+        nodes = clusterinfo.parse_sinfo_nodes(self.run(sinfo, timeout=timeout).stdout)
+        node_text = self.run(["scontrol", "--oneliner", "show", "node"], timeout=timeout).stdout
+        clusterinfo.merge_scontrol_nodes(nodes, parse.parse_scontrol_records(node_text))
+        part_argv = ["scontrol", "--all", "--oneliner", "show", "partition"]
+        part_text = self.run(part_argv, timeout=timeout).stdout
+        return clusterinfo.ClusterView(
+            facts=clusterinfo.parse_cluster_facts(self.config()),
+            nodes=nodes,
+            partitions=clusterinfo.parse_partitions(parse.parse_scontrol_records(part_text)),
+        )
+
+    def run_on_node(
+        self,
+        node: str,
+        command: Sequence[str],
+        *,
+        partition: str | None = None,
+        job_name: str = "hpcjobs",
+        timeout: float | None = None,
+    ) -> str:
+        """Run ``command`` as one task on ``node`` (``srun``, 5 minutes at most); its output."""
+        argv = ["srun", f"--nodelist={node}", "--nodes=1", "--ntasks=1", "--time=5"]
+        argv += [f"--job-name={job_name}", "--quiet"]
+        if partition:
+            argv.append(f"--partition={partition}")
+        return self.run([*argv, *command], timeout=timeout).stdout
+
+    def reach(self, *, timeout: float | None = None) -> str:
+        """``sinfo --version`` as the runner's host answers it (not cached, unlike
+        :meth:`version`): the check that Slurm's commands work there.
+
+        Raises:
+            SlurmCommandError: they do not.
+        """
+        return self.run(["sinfo", "--version"], timeout=timeout).stdout.strip()
+
     def max_array_size(self) -> int:
         """The cluster's ``MaxArraySize``: array indices must stay below it."""
         value = self.config().get("MaxArraySize", "")
@@ -318,6 +358,29 @@ class SlurmClient:
             argv.append("-D")
         argv += ["-j", ",".join(check_job_ids(job_ids)), "-o", ",".join(parse.SACCT_FIELDS)]
         return parse.parse_sacct(self.run(argv).stdout)
+
+    def usage(
+        self,
+        job_ids: Sequence[str] | None = None,
+        *,
+        user: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        account: str | None = None,
+    ) -> list[usage.RunUsage]:
+        """What every run of ``job_ids`` (or of the window) used, with its steps: one ``sacct``.
+
+        Without ``job_ids``: ``user``'s jobs (all users' with only ``account``) that ran between
+        ``since`` (default a week ago) and ``until``.
+
+        Raises:
+            AccountingDisabledError: the cluster keeps no accounting.
+        """
+        if job_ids is not None and not job_ids:
+            return []
+        ids = check_job_ids(job_ids) if job_ids else None
+        argv = usage.sacct_argv(ids, user=user, since=since, until=until, account=account)
+        return usage.parse_usage(self.run(argv).stdout)
 
     def show_job(self, job_id: str) -> dict[str, str] | None:
         """``scontrol show job -o`` for one job or array task; None if the controller forgot it."""

@@ -16,10 +16,10 @@ from hpcjobs.config.nodeprobe import (
     parse_nvidia_topo,
     parse_probe_output,
 )
-from hpcjobs.config.slurminfo import Gres, parse_gres
 from hpcjobs.errors import BadInputError, CommandError, SlurmError
 from hpcjobs.runner import Result
 from hpcjobs.slurm.client import SlurmClient
+from hpcjobs.slurm.clusterinfo import Gres, parse_gres
 from hpcjobs.slurm.parse import parse_config, parse_key_values, parse_scontrol_records
 from tests.fakes import RecordedRunner
 from tests.scenarios import SCENARIOS, draft_problems
@@ -150,8 +150,8 @@ def test_roce_probe_gets_a_gid_index_and_spreads_gpus() -> None:
 
 
 def test_no_partitions_is_an_error() -> None:
-    from hpcjobs.config.slurminfo import ClusterFacts
     from hpcjobs.errors import SlurmError
+    from hpcjobs.slurm.clusterinfo import ClusterFacts
 
     with pytest.raises(SlurmError, match="no partition"):
         build_draft(ClusterSnapshot(ClusterFacts(), {}, []))

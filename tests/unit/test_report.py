@@ -15,7 +15,6 @@ from click.testing import CliRunner
 
 from hpcjobs.cli import cli
 from hpcjobs.jobs.chain import Chain, ChainRef, parse_chain
-from hpcjobs.report.accounting import RunUsage, parse_bytes, parse_cpu_time, parse_usage, sacct_argv
 from hpcjobs.report.build import GPUS_FROM_REQUEST, NO_PROGRESS, chain_report, collect
 from hpcjobs.report.compare import compare_reports, compare_text, tuning_vars
 from hpcjobs.report.goodput import PARTS, RunWindow, shrunk_share, spare_share, split_run
@@ -25,6 +24,7 @@ from hpcjobs.runner import Result
 from hpcjobs.runtime.checkpoint import CheckpointDir
 from hpcjobs.runtime.progress import ProgressWriter, Report, node_name, parse_log
 from hpcjobs.slurm.client import SlurmClient
+from hpcjobs.slurm.usage import RunUsage, parse_bytes, parse_cpu_time, parse_usage, sacct_argv
 from tests.eventlines import line
 from tests.unit.test_slurm_client import FakeRunner, ok
 

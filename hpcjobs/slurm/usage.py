@@ -1,4 +1,8 @@
-"""Each run's allocation, from accounting: one ``sacct`` for any number of jobs, or a window.
+"""What each run used, from accounting: one ``sacct`` for any number of jobs, or a window.
+
+:meth:`SlurmClient.usage <hpcjobs.slurm.client.SlurmClient.usage>` asks; this module holds the
+question (:func:`sacct_argv`) and the parser (:func:`parse_usage`). It is a different question
+from :meth:`SlurmClient.accounting` (``sacct -X``: how each run ended): this one needs the steps.
 
 ``sacct -D -P -n`` without ``-X`` lists every run of every job (``-D``: a job Slurm requeued has
 one record per run) and their steps (``12.batch``, ``12.0``). The allocation rows give the run's
@@ -14,7 +18,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from hpcjobs.slurm.client import SlurmClient, check_job_ids
 from hpcjobs.slurm.parse import (
     base_state,
     fold_resized,
@@ -162,10 +165,11 @@ def sacct_argv(
     until: str | None = None,
     account: str | None = None,
 ) -> list[str]:
-    """The one ``sacct`` command for these jobs, or for a user's/account's jobs in a window."""
+    """The one ``sacct`` command for these jobs (checked ids, :func:`check_job_ids
+    <hpcjobs.slurm.client.check_job_ids>`), or for a user's/account's jobs in a window."""
     argv = ["sacct", "-D", "-P", "-n", "-o", ",".join(FIELDS)]
     if job_ids:
-        argv += ["-j", ",".join(check_job_ids(job_ids))]
+        argv += ["-j", ",".join(job_ids)]
     else:
         argv += ["-u", user] if user else ["--allusers"] if account else []
         argv += ["-S", since or "now-7days"]
@@ -174,27 +178,6 @@ def sacct_argv(
     if account:
         argv += ["-A", account]
     return argv
-
-
-def fetch_usage(
-    client: SlurmClient,
-    job_ids: Sequence[str] | None = None,
-    *,
-    user: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    account: str | None = None,
-) -> list[RunUsage]:
-    """Every run of ``job_ids`` (or of the window), with its steps: exactly one ``sacct``.
-
-    Raises:
-        AccountingDisabledError: the cluster keeps no accounting.
-        SlurmCommandError: sacct failed.
-    """
-    if job_ids is not None and not job_ids:
-        return []
-    argv = sacct_argv(job_ids, user=user, since=since, until=until, account=account)
-    return parse_usage(client.run(argv).stdout)
 
 
 def parse_usage(text: str) -> list[RunUsage]:

@@ -1,6 +1,7 @@
-"""Parsers for what Slurm reports: ``sinfo`` and ``scontrol show node|partition|config``.
+"""What the cluster looks like: ``sinfo`` and ``scontrol show node|partition|config``, parsed.
 
-Pure functions over command output, tested against recorded output of Slurm 22.05 and 24.11.
+:meth:`SlurmClient.cluster <hpcjobs.slurm.client.SlurmClient.cluster>` asks; the parsers here are
+pure functions over command output, tested against recorded output of each Slurm release.
 """
 
 from __future__ import annotations
@@ -104,6 +105,19 @@ def parse_gres(text: str) -> list[Gres]:
         gtype = ":".join(parts[1:-1]) or None
         result.append(Gres(parts[0], gtype, count, sockets))
     return result
+
+
+#: ``sinfo`` fields :func:`parse_sinfo_nodes` reads: node, partition, CPUs, S:C:T, memory, GRES.
+SINFO_FORMAT = "%N|%P|%c|%z|%m|%G"
+
+
+@dataclass
+class ClusterView:
+    """The cluster as Slurm describes it: its settings, its nodes, its partitions."""
+
+    facts: ClusterFacts
+    nodes: dict[str, NodeInfo]
+    partitions: list[PartitionInfo]
 
 
 def parse_sinfo_nodes(text: str) -> dict[str, NodeInfo]:
