@@ -89,6 +89,8 @@ def ssh_findings(data: Mapping[str, Any]) -> list[Finding]:
     site config that validates never fails later for these keys. Values of the wrong type, or
     with control characters, are left to the schema's own messages.
     """
+    if not data.get("login_hosts") and not data.get("host_keys"):
+        return []  # nothing to check (and the SSH side need not be loaded)
     from hpcjobs.errors import BadInputError
     from hpcjobs.remote.hostkeys import login_key_names, parse_pinned_line
 
