@@ -17,6 +17,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    model_validator,
 )
 
 from hpcjobs.config.cpulist import parse_cpulist
@@ -132,6 +133,37 @@ Rate = Annotated[
 ]
 
 
+def _amount(value: object) -> object:
+    """A price: an int or a float, finite, at least 0 and below 1e6 per hour; never text."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a number, not {value!r}")
+    if not 0 <= value < 1e6:  # also refuses NaN and infinity
+        raise ValueError(f"must be at least 0 and less than 1e6 (got {value!r})")
+    return float(value)
+
+
+#: An amount of money per hour, in the price's currency.
+Amount = Annotated[
+    float,
+    BeforeValidator(_amount, json_schema_input_type=Annotated[float, Field(ge=0, lt=1e6)]),
+]
+_CURRENCY = re.compile(r"[A-Z]{3}")
+
+
+def _currency(value: str) -> str:
+    if not _CURRENCY.fullmatch(value):
+        raise ValueError(
+            f"must be a currency code of three capital letters, such as USD or EUR (got {value!r})"
+        )
+    return value
+
+
+#: An ISO 4217 currency code: ``USD``, ``EUR``, ``CHF``, ...
+Currency = Annotated[
+    str, Field(json_schema_extra={"pattern": "^[A-Z]{3}$"}), AfterValidator(_currency)
+]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
@@ -177,6 +209,37 @@ class GpuFacts(_Model):
     nvlink_gbyte_s: Rate | None = None
 
 
+class Price(_Model):
+    """What an hour on a partition costs: per GPU-hour (``gpu_hour``) or per node-hour
+    (``node_hour``, for CPU partitions or sites that bill whole nodes), one of the two, in
+    ``currency``. ``reserved`` and ``on_demand`` are the other rates a provider quotes, in the
+    same unit; ``plan`` shows them beside the price, which is the one costs are computed with."""
+
+    currency: Currency
+    gpu_hour: Amount | None = None
+    node_hour: Amount | None = None
+    reserved: Amount | None = None
+    on_demand: Amount | None = None
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> Price:
+        if (self.gpu_hour is None) == (self.node_hour is None):
+            raise ValueError("give one of gpu_hour and node_hour (the price per hour)")
+        return self
+
+    @property
+    def unit(self) -> Literal["gpu_hour", "node_hour"]:
+        return "gpu_hour" if self.gpu_hour is not None else "node_hour"
+
+    def per_gpu_hour(self, gpus_per_node: int) -> float | None:
+        """The price of one GPU-hour (a node-hour over its GPUs); None without GPUs."""
+        if self.gpu_hour is not None:
+            return self.gpu_hour
+        return (
+            None if gpus_per_node < 1 or self.node_hour is None else self.node_hour / gpus_per_node
+        )
+
+
 class Partition(_Model):
     """A Slurm partition and the nodes behind it."""
 
@@ -204,6 +267,13 @@ class Partition(_Model):
     nccl_profile: Name | None = None
     env: EnvMap = Field(default_factory=dict)
     gpu: GpuFacts | None = None
+    #: What an hour here costs; absent: no costs are shown for this partition.
+    price: Price | None = None
+
+    @property
+    def gpu_hour_price(self) -> float | None:
+        """The price of one GPU-hour here, in ``price.currency``; None without a price or GPUs."""
+        return None if self.price is None else self.price.per_gpu_hour(self.gpus_per_node)
 
     @property
     def max_time_seconds(self) -> int | None:

@@ -69,6 +69,13 @@ def check_site_data(data: Mapping[str, Any]) -> list[Finding]:
                     "warning",
                 )
             )
+        if part is not None and _gpu_price_without_gpus(part):
+            findings.append(
+                Finding(
+                    (*base, "price", "gpu_hour"),
+                    f"partition {name!r} has no GPUs: price it per node_hour",
+                )
+            )
         if isinstance(raw.get("env"), dict):
             findings.extend(_check_nccl_names((*base, "env"), raw["env"]))
     if isinstance(profiles, dict):
@@ -77,6 +84,10 @@ def check_site_data(data: Mapping[str, Any]) -> list[Finding]:
                 findings.extend(_check_profile(str(pname), profile))
     findings.extend(_check_default_time(data, partitions))
     return findings
+
+
+def _gpu_price_without_gpus(part: Partition) -> bool:
+    return part.price is not None and part.price.gpu_hour is not None and part.gpus_per_node < 1
 
 
 def check_topology(name: str, topology: Topology) -> list[Finding]:

@@ -52,6 +52,8 @@ class Request:
     precision: Precision
     efficiency: float
     fixed: Fixed = Fixed()
+    #: An end-to-end rate per GPU (FLOP/s) that replaces the step model (``--achieved-tflops``).
+    achieved_flops: float | None = None
     #: GPUs of the spare nodes held beside the run (``--spare-nodes`` x GPUs per node).
     spare_gpus: int = 0
 
@@ -115,6 +117,7 @@ def evaluate(request: Request, layout: Layout) -> Candidate:
         global_batch=request.global_batch,
         precision=request.precision,
         efficiency=request.efficiency,
+        achieved_flops=request.achieved_flops,
     )
     iterations = -(-request.tokens // (request.global_batch * model.shape.seq_len))
     cost = run_cost(step.total_s, iterations, layout.gpus, hw.max_time_s, request.spare_gpus)

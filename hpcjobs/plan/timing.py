@@ -3,8 +3,8 @@
 One iteration (one optimizer step over the global batch) takes:
 
 * **compute**: its FLOPs (:meth:`ModelSpec.flops`, recomputation included) over
-  ``n · peak · efficiency``, where the efficiency is the share of the dense peak the run
-  achieves on the FLOPs it executes (``--mfu``, or ``--achieved-tflops`` / peak);
+  ``n · peak · efficiency``, where the efficiency (``--mfu``) is the share of the dense peak the
+  run's kernels achieve on the FLOPs it executes;
 * **pipeline bubble**: compute × ``(p - 1)/m`` for ``m`` micro-batches per pipeline
   (Narayanan et al. 2021, section 2.2.1, 1F1B schedule);
 * **data-parallel gradient all-reduce**, not overlapped with compute: a ring all-reduce sends
@@ -12,8 +12,12 @@ One iteration (one optimizer step over the global batch) takes:
   ``3·(d - 1)/d``), over NVLink when the data-parallel group is inside one node, else over the
   GPU's inter-node bandwidth.
 
-The whole run is ``ceil(tokens / (global batch · s))`` iterations; end-to-end time in the
-Megatron-LM paper's approximation (eq. 4) is ``8·T·P / (n·X)``.
+An **achieved rate** ``X`` (``--achieved-tflops``, ``--from-run``) is end to end instead: it is
+what a whole iteration achieved, bubble and communication included, as the Megatron-LM paper
+measures its "achieved teraFLOP/s per GPU". The step is then ``F / (n·X)``, with nothing added
+on top. The whole run is ``ceil(tokens / (global batch · s))`` iterations; end-to-end time in
+the paper's approximation (eq. 4) is ``8·T·P / (n·X)``, which the achieved-rate step gives
+exactly when ``F = 8·P`` per token (full recomputation).
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ class StepTime:
     compute_s: float
     bubble_s: float
     allreduce_s: float
+    #: True when the step came from an achieved rate: bubble and all-reduce are inside it.
+    end_to_end: bool = False
 
     @property
     def total_s(self) -> float:
@@ -88,10 +94,15 @@ def step_time(
     global_batch: int,
     precision: Precision,
     efficiency: float,
+    achieved_flops: float | None = None,
 ) -> StepTime:
-    """The time of one iteration over ``global_batch`` sequences on ``layout.gpus`` GPUs."""
-    micro_batches = global_batch // (layout.dp * layout.micro_batch)
+    """The time of one iteration over ``global_batch`` sequences on ``layout.gpus`` GPUs: at
+    ``efficiency`` x peak for the compute, plus bubble and all-reduce; or, with
+    ``achieved_flops`` (an end-to-end rate per GPU), the iteration's FLOPs at that rate."""
     flops = model.flops(global_batch, layout.recompute)
+    if achieved_flops is not None:
+        return StepTime(flops / (layout.gpus * achieved_flops), 0.0, 0.0, end_to_end=True)
+    micro_batches = global_batch // (layout.dp * layout.micro_batch)
     compute = flops / (layout.gpus * hardware.peak_flops * efficiency)
     bubble = compute * (layout.pp - 1) / micro_batches
     bandwidth = hardware.internode_bytes_s
