@@ -26,14 +26,21 @@ if TYPE_CHECKING:
     type=click.Path(dir_okay=False, path_type=Path),
     help="A Hugging Face style config.json (layers, hidden, heads, vocab, positions).",
 )
-@click.option("--tokens", required=True, metavar="N", help="Training tokens: 300B, 2T, 1e12.")
-@click.option("--global-batch", type=Count(1), required=True, help="Sequences per step.")
+@click.option("--tokens", metavar="N", help="Training tokens: 300B, 2T, 1e12.")
+@click.option("--global-batch", type=Count(1), help="Sequences per step (required).")
 @click.option("--micro-batch", type=Count(1), help="Sequences per micro-batch (default: try 1-8).")
 @click.option(
     "--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True
 )
 @click.option("--gpus", type=Count(1), help="GPUs to plan for (whole nodes beyond one).")
-@click.option("-N", "--nodes", type=Count(1), help="Nodes to plan for (all their GPUs).")
+@click.option(
+    "-N",
+    "--nodes",
+    "nodes_text",
+    metavar="N[,N...]",
+    help="Nodes to plan for (all their GPUs); several (16,32,64) or a doubling range (16-128) "
+    "compare node counts.",
+)
 @click.option(
     "--spare-nodes",
     type=Count(0),
@@ -42,10 +49,39 @@ if TYPE_CHECKING:
     "partition's); shows what they cost.",
 )
 @click.option("-p", "--partition", help="Partition (default: the site's).")
+@click.option(
+    "--partitions",
+    "partitions_text",
+    metavar="A,B|all",
+    help="Compare partitions (all: every partition with GPU facts).",
+)
 @click.option("--gpu-type", metavar="NAME", help="Plan on the site's partition with this GPU type.")
-@click.option("--mfu", type=float, help="Share of dense peak achieved (default 0.4).")
-@click.option("--achieved-tflops", type=float, metavar="X", help="Achieved TFLOP/s per GPU.")
-@click.option("--from-run", metavar="JOBID", help="Use the speed a finished run here measured.")
+@click.option(
+    "--gpu",
+    "gpu_text",
+    metavar="NAME[,NAME...]",
+    help="Plan on GPUs of the built-in catalogue instead of a partition (H100, H200, B200, A100, "
+    "L40S, MI300X, 910B); several compare them. --list-gpus shows their figures and sources.",
+)
+@click.option("--list-gpus", is_flag=True, help="Print the GPU catalogue with sources and exit.")
+@click.option(
+    "--mfu",
+    type=float,
+    help="Share of the dense peak the compute achieves (default 0.4); the pipeline bubble and "
+    "the data-parallel all-reduce are added on top.",
+)
+@click.option(
+    "--achieved-tflops",
+    type=float,
+    metavar="X",
+    help="TFLOP/s per GPU a whole iteration achieves, end to end (bubble and communication "
+    "inside it, as Megatron-LM reports it): the step is FLOPs / (GPUs x X), nothing added.",
+)
+@click.option(
+    "--from-run",
+    metavar="JOBID",
+    help="Use the end-to-end speed a finished run here measured.",
+)
 @click.option("--layout", "layout_text", metavar="tp=T,pp=P", help="Fix tp, pp (dp, mb, sp).")
 @click.option("--zero", type=Count(0, 3), help="Fix the ZeRO stage (0-3).")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Fix it.")
@@ -73,15 +109,83 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
 
     --layout/--zero/--recompute fix choices; a fully fixed layout is reported even when it
     does not fit. --apply job.yaml writes a job file for the chosen layout (COMMAND after
-    '--' becomes its command), ready for 'hpcjobs submit -f job.yaml'. See docs/plan.md.
+    '--' becomes its command), ready for 'hpcjobs submit -f job.yaml'.
+
+    Speed: --mfu is the compute's share of the peak, with bubble and all-reduce modelled on
+    top; --achieved-tflops (and --from-run) is an end-to-end rate, which already contains them.
+
+    Compare: several --nodes, --partitions or --gpu give one table, a row per choice with its
+    best layout, days, GPU-hours, cost (from the partition's price) and scaling efficiency, the
+    fastest and the cheapest marked. A size beyond the partition is planned and said. See
+    docs/plan.md.
     """
     from hpcjobs.config.loader import load_site
     from hpcjobs.errors import BadInputError
     from hpcjobs.plan import inputs
-    from hpcjobs.plan.report import candidate_data, hardware_data, model_data
+
+    if opts["list_gpus"]:
+        _print_catalogue(opts["as_json"])
+        return
+    for flag, key in (("--tokens", "tokens"), ("--global-batch", "global_batch")):
+        if opts[key] is None:
+            raise BadInputError(f"{flag} is required", hint="see 'hpcjobs plan --help'")
+    site = load_site((ctx.obj or {}).get("site"))
+    node_counts: list[int | None] = (
+        [*inputs.parse_node_counts(opts["nodes_text"])] if opts["nodes_text"] else [None]
+    )
+    targets = inputs.parse_targets(site, opts["partitions_text"], opts["gpu_text"])
+    if len(node_counts) > 1 or len(targets) > 1:
+        _compare(site, opts, targets, node_counts)
+        return
+    target = targets[0]
+    data, request, chosen = _plan_one(
+        site,
+        opts,
+        partition=target.partition or opts["partition"],
+        gpu=target.gpu,
+        nodes=node_counts[0],
+    )
+    applied = None
+    if opts["apply_path"] is not None:
+        applied = _apply(
+            opts,
+            request,
+            chosen,
+            data["inputs"]["partition"],
+            request.hardware.gpus_per_node,
+            data["inputs"]["spare_nodes"],
+        )
+    data["applied"] = None if applied is None else str(applied)
+    if opts["as_json"]:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        _print_plan(data, request)
+    if applied is not None:
+        click.echo(f"Wrote {applied}: hpcjobs submit -f {applied}", err=True)
+        if not opts["command"]:
+            click.echo(
+                f"Hint: it has no command yet: hpcjobs submit -f {applied} -- python train.py",
+                err=True,
+            )
+
+
+def _plan_one(
+    site: Any,
+    opts: dict[str, Any],
+    *,
+    partition: str | None,
+    gpu: str | None,
+    nodes: int | None,
+    quiet: bool = False,
+) -> tuple[dict[str, Any], Request, Candidate]:
+    """One plan: the model, the GPUs, the speed, the layouts; its JSON data, request and the
+    layout shown first. ``quiet``: no layout fits is a row that says so (compare), not an error.
+    """
+    from hpcjobs.errors import BadInputError
+    from hpcjobs.plan import inputs
+    from hpcjobs.plan.report import candidate_data, cost_data, hardware_data, model_data
     from hpcjobs.plan.search import Fixed, Request, distinct, search
 
-    site = load_site((ctx.obj or {}).get("site"))
     model = inputs.resolve_model(
         params=opts["params"],
         layers=opts["layers"],
@@ -95,13 +199,15 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
     precision = opts["precision"]
     res = inputs.resolve_resources(
         site,
-        partition=opts["partition"],
-        gpu_type=opts["gpu_type"],
+        partition=partition,
+        gpu_type=None if gpu else opts["gpu_type"],
         gpus=opts["gpus"],
-        nodes=opts["nodes"],
+        nodes=nodes,
         precision=precision,
+        gpu=gpu,
     )
-    spares = inputs.spare_nodes_for(res, opts["spare_nodes"])
+    spares, spare_note = inputs.spare_nodes_for(res, opts["spare_nodes"])
+    notes = [*res.notes, *([spare_note] if spare_note else [])]
     from_run: dict[str, Any] | None = None
     recompute = inputs.recompute_value(opts["recompute"])
     if opts["from_run"] is not None:
@@ -147,11 +253,12 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
         efficiency=efficiency,
         fixed=fixed,
         spare_gpus=spares * res.hardware.gpus_per_node,
+        achieved_flops=None if achieved is None else achieved * 1e12,
     )
     result = search(request)
     fitting = result.fitting
     constrained = fixed.tp is not None or fixed.zero is not None or fixed.recompute is not None
-    if not fitting and not constrained:
+    if not fitting and not constrained and not quiet:
         smallest = min(result.candidates, key=lambda c: c.memory.total)
         raise BadInputError(
             f"no layout of {res.gpus} GPUs fits: the smallest, {smallest.layout.label()}, "
@@ -160,38 +267,140 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
             "with --layout tp=T,pp=P --zero Z --recompute full",
         )
     shown = distinct(fitting, opts["top"]) if fitting else result.candidates[:1]
-    chosen = shown[0]
-    applied = None
-    if opts["apply_path"] is not None:
-        applied = _apply(
-            opts, request, chosen, res.partition.name, res.hardware.gpus_per_node, spares
-        )
+    layouts = []
+    for cand in shown:
+        item = candidate_data(request, cand)
+        item["cost"] = cost_data(res, cand)
+        layouts.append(item)
     data = {
         "inputs": {
-            **_inputs_echo(opts, site.name, res.partition.name, res.gpus, tokens),
+            **_inputs_echo(opts, site.name, res.label, res.gpus, tokens),
+            "nodes": res.nodes,
+            "gpu": gpu,
             "spare_nodes": spares,
         },
         "model": model_data(model),
         "hardware": hardware_data(res.hardware),
+        "price": None if res.price is None else res.price.model_dump(),
+        "speed": "end_to_end" if achieved is not None else "mfu",
         "efficiency": efficiency,
         "flops_per_gpu": efficiency * res.hardware.peak_flops,
         "from_run": from_run,
+        "notes": notes,
         "evaluated": result.evaluated,
         "fitting": len(fitting),
-        "layouts": [candidate_data(request, c) for c in shown],
-        "applied": None if applied is None else str(applied),
+        "layouts": layouts,
     }
-    if opts["as_json"]:
-        click.echo(json.dumps(data, indent=2))
-    else:
-        _print_plan(data, request)
-    if applied is not None:
-        click.echo(f"Wrote {applied}: hpcjobs submit -f {applied}", err=True)
-        if not opts["command"]:
-            click.echo(
-                f"Hint: it has no command yet: hpcjobs submit -f {applied} -- python train.py",
-                err=True,
+    return data, request, shown[0]
+
+
+def _compare(
+    site: Any, opts: dict[str, Any], targets: list[Any], node_counts: list[int | None]
+) -> None:
+    """One row per (partition or GPU, node count): its best layout, days, GPU-hours, cost."""
+    from hpcjobs.errors import BadInputError
+    from hpcjobs.plan.compare import compare_rows
+
+    if opts["apply_path"] is not None:
+        raise BadInputError(
+            "--apply writes one layout: plan one partition and one node count with it",
+            hint="compare first, then plan the chosen one with -p P -N N --apply job.yaml",
+        )
+    if opts["from_run"] is not None:
+        raise BadInputError("--from-run measured one partition's GPUs: compare with --mfu")
+    models = {t.gpu or t.partition for t in targets}
+    if opts["achieved_tflops"] is not None and len(models) > 1:
+        raise BadInputError(
+            "an achieved rate belongs to one GPU: compare partitions or GPUs with --mfu",
+            hint="--mfu is the share of each GPU's own peak",
+        )
+    if node_counts == [None] and opts["gpus"] is None:
+        raise BadInputError("give the nodes to compare: -N 16,32,64 or -N 16-128")
+    plans = []
+    for target in targets:
+        for nodes in node_counts:
+            data, _, _ = _plan_one(
+                site, opts, partition=target.partition, gpu=target.gpu, nodes=nodes, quiet=True
             )
+            plans.append(data)
+    rows = compare_rows(plans)
+    if opts["as_json"]:
+        click.echo(json.dumps({"comparison": rows, "plans": plans}, indent=2))
+        return
+    _print_comparison(rows, plans)
+
+
+def _print_catalogue(as_json: bool) -> None:
+    from dataclasses import asdict
+
+    from hpcjobs.plan.catalogue import CATALOGUE
+    from hpcjobs.texttable import table
+
+    if as_json:
+        click.echo(json.dumps({k: asdict(v) for k, v in CATALOGUE.items()}, indent=2))
+        return
+    rows = [
+        [
+            g.key,
+            g.model,
+            f"{g.bf16_tflops:g}",
+            f"{g.memory_bytes / 1e9:g}",
+            f"{g.gpus_per_node}",
+            f"{g.nvlink_domain}",
+            "-" if g.nvlink_gbyte_s is None else f"{g.nvlink_gbyte_s:g}",
+            f"{g.internode_gbit_s:g}",
+        ]
+        for g in CATALOGUE.values()
+    ]
+    headers = ["GPU", "MODEL", "BF16 TFLOP/S", "GB", "PER NODE", "NVLINK DOMAIN"]
+    click.echo(table([*headers, "NVLINK GB/S", "NET GBIT/S"], rows))
+    click.echo("\nDense peak rates; link rates per direction, per GPU. Sources:")
+    for g in CATALOGUE.values():
+        for what, source in g.sources.items():
+            click.echo(f"  {g.key} {what}: {source}")
+
+
+def _print_comparison(rows: list[dict[str, Any]], plans: list[dict[str, Any]]) -> None:
+    from hpcjobs.texttable import table
+
+    first = plans[0]
+    model, inp = first["model"], first["inputs"]
+    click.echo(
+        f"Model: {model['params'] / 1e9:.2f}B parameters, {inp['tokens'] / 1e9:g}B tokens, "
+        f"global batch {inp['global_batch']} x {model['seq_len']}, {inp['precision']}"
+    )
+    speed = "end to end" if first["speed"] == "end_to_end" else "compute share of each peak"
+    click.echo(f"Speed: {first['efficiency'] * 100:.1f}% ({speed})")
+    click.echo()
+    table_rows = []
+    for row in rows:
+        marks = ", ".join(row["marks"])
+        cost = "-" if row["cost"] is None else f"{row['cost']:,.0f} {row['currency']}"
+        scaling = "-" if row["scaling_efficiency"] is None else f"{row['scaling_efficiency']:.0%}"
+        table_rows.append(
+            [
+                row["target"],
+                row["gpu"],
+                str(row["nodes"]),
+                row["layout"] or "none fits",
+                "-" if row["days"] is None else f"{row['days']:.2f}",
+                "-" if row["gpu_hours"] is None else f"{row['gpu_hours']:,.0f}",
+                cost,
+                "-" if row["mfu"] is None else f"{row['mfu'] * 100:.1f}%",
+                scaling,
+                marks,
+            ]
+        )
+    headers = ["PARTITION", "GPU", "NODES", "BEST LAYOUT", "DAYS", "GPU-HOURS", "COST", "MFU"]
+    click.echo(table([*headers, "SCALING", ""], table_rows))
+    click.echo()
+    click.echo(
+        "SCALING: speed per GPU against the fewest nodes of the same partition (100% = adding "
+        "nodes shortens the run in proportion; lower = more nodes stop paying)."
+    )
+    for plan in plans:
+        for note in plan["notes"]:
+            click.echo(f"Note: {plan['inputs']['partition']}: {note}")
 
 
 def _apply(
@@ -242,7 +451,6 @@ def _inputs_echo(
         "global_batch",
         "micro_batch",
         "precision",
-        "nodes",
         "gpu_type",
         "mfu",
         "achieved_tflops",
@@ -290,14 +498,28 @@ def _print_plan(data: dict[str, Any], request: Request) -> None:
         f"{model['seq_len']} tokens"
     )
     nodes = max(1, inp["gpus"] // hw["gpus_per_node"])
+    where = (
+        f"{nodes} node(s) of {hw['gpus_per_node']}, figures from the built-in catalogue"
+        if inp["gpu"]
+        else f"{nodes} node(s), partition {inp['partition']} of site {inp['site']}"
+    )
     click.echo(
-        f"GPUs: {inp['gpus']} x {hw['gpu']} ({nodes} node(s), partition {inp['partition']} of "
-        f"site {inp['site']}): {hw['peak_flops_per_gpu'] / 1e12:g} TFLOP/s dense peak, "
+        f"GPUs: {inp['gpus']} x {hw['gpu']} ({where}): "
+        f"{hw['peak_flops_per_gpu'] / 1e12:g} TFLOP/s dense peak, "
         f"{_gb(hw['memory_bytes'])} GB, NVLink domain {hw['nvlink_domain']}, "
         f"{hw['internode_bytes_per_s'] * 8 / 1e9:g} Gbit/s per GPU between nodes"
     )
-    speed = f"{data['efficiency'] * 100:.1f}% of peak ({data['flops_per_gpu'] / 1e12:.1f} TFLOP/s"
-    speed += " per GPU on the FLOPs executed)"
+    if data["speed"] == "end_to_end":
+        speed = (
+            f"{data['flops_per_gpu'] / 1e12:.1f} TFLOP/s per GPU end to end ("
+            f"{data['efficiency'] * 100:.1f}% of peak; pipeline bubble and communication are "
+            "inside this rate, nothing is added to it)"
+        )
+    else:
+        speed = (
+            f"{data['efficiency'] * 100:.1f}% of peak ({data['flops_per_gpu'] / 1e12:.1f} "
+            "TFLOP/s per GPU on the FLOPs executed; bubble and all-reduce added)"
+        )
     if data["from_run"]:
         run = data["from_run"]
         speed += (
@@ -305,6 +527,18 @@ def _print_plan(data: dict[str, Any], request: Request) -> None:
             f"{run['gpus']} GPUs ({run['timed_by']})"
         )
     click.echo(f"Speed: {speed}")
+    price = data["price"]
+    if price is not None:
+        unit = "GPU-hour" if price["gpu_hour"] is not None else "node-hour"
+        rate = price["gpu_hour"] if price["gpu_hour"] is not None else price["node_hour"]
+        others = "".join(
+            f", {name.replace('_', '-')} {price[name]:g}"
+            for name in ("reserved", "on_demand")
+            if price[name] is not None
+        )
+        click.echo(f"Price: {rate:g} {price['currency']} per {unit}{others}")
+    for note in data["notes"]:
+        click.echo(f"Note: {note}")
     click.echo(f"Layouts: {data['evaluated']} evaluated, {data['fitting']} fit")
     click.echo()
     rows = []
@@ -325,9 +559,11 @@ def _print_plan(data: dict[str, Any], request: Request) -> None:
                 "-" if chunks is None else str(chunks),
                 f"{item['mfu'] * 100:.1f}%",
             ]
+            + ([] if price is None else [f"{item['cost']['run']:,.0f}"])
         )
     headers = ["#", "LAYOUT", "ZERO", "RECOMPUTE", "GB/GPU", "STEP", "DAYS", "GPU-HOURS"]
-    click.echo(table([*headers, "CHUNKS", "MFU"], rows))
+    cost_header = [] if price is None else [f"COST {price['currency']}"]
+    click.echo(table([*headers, "CHUNKS", "MFU", *cost_header], rows))
     spares = data["inputs"]["spare_nodes"]
     if spares and data["layouts"]:
         best = data["layouts"][0]["training"]
@@ -350,12 +586,19 @@ def _print_plan(data: dict[str, Any], request: Request) -> None:
             f"{_gb(mem['activations'])} + allowance {_gb(mem['allowance'])} = "
             f"{_gb(mem['total'])} of {_gb(mem['available'])} GB"
         )
-        click.echo(
-            f"  step: compute {_duration(step['compute'])} + bubble "
-            f"{_duration(step['pipeline_bubble'])} ({item['micro_batches_per_pipeline']} "
-            f"micro-batches) + DP all-reduce {_duration(step['dp_allreduce'])} = "
-            f"{_duration(step['total'])}; {item['training']['iterations']:,} steps"
-        )
+        if data["speed"] == "end_to_end":
+            click.echo(
+                f"  step: {item['flops_per_iteration']:.4g} FLOPs at the achieved rate = "
+                f"{_duration(step['total'])} (bubble and all-reduce inside it); "
+                f"{item['training']['iterations']:,} steps"
+            )
+        else:
+            click.echo(
+                f"  step: compute {_duration(step['compute'])} + bubble "
+                f"{_duration(step['pipeline_bubble'])} ({item['micro_batches_per_pipeline']} "
+                f"micro-batches) + DP all-reduce {_duration(step['dp_allreduce'])} = "
+                f"{_duration(step['total'])}; {item['training']['iterations']:,} steps"
+            )
     if data["layouts"] and data["layouts"][0]["training"]["time_limit_chunks"]:
         limit = request.hardware.max_time_s or 0
         click.echo()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcjobs.errors import BadInputError
+from hpcjobs.plan.catalogue import CatalogueGpu, catalogue_gpu
 from hpcjobs.plan.memory import Precision
 from hpcjobs.plan.model import (
     ModelShape,
@@ -27,7 +28,7 @@ from hpcjobs.plan.search import Fixed
 from hpcjobs.plan.timing import Hardware
 
 if TYPE_CHECKING:
-    from hpcjobs.config.models import Partition, SiteConfig
+    from hpcjobs.config.models import Partition, Price, SiteConfig
 
 #: The largest parameter or token count accepted (10^18).
 MAX_QUANTITY = 10**18
@@ -165,12 +166,21 @@ def resolve_model(
 
 @dataclass(frozen=True)
 class Resources:
-    """Where the plan runs: the partition, its GPU facts and the GPU count."""
+    """Where the plan runs: the partition (None for a catalogue GPU), its GPU facts, the GPU
+    count, its price, and notes (a size beyond the partition is planned, and said)."""
 
-    partition: Partition
+    partition: Partition | None
     hardware: Hardware
     gpus: int
     nodes: int
+    label: str
+    price: Price | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def gpu_hour_price(self) -> float | None:
+        """The price of one GPU-hour, in ``price.currency``; None without a price."""
+        return None if self.price is None else self.price.per_gpu_hour(self.hardware.gpus_per_node)
 
 
 def resolve_resources(
@@ -181,41 +191,39 @@ def resolve_resources(
     gpus: int | None,
     nodes: int | None,
     precision: Precision,
+    gpu: str | None = None,
 ) -> Resources:
-    """The partition (``-p``, else the first with ``--gpu-type``, else the default), its GPU
-    facts, and the GPUs (``--gpus``, or ``--nodes`` x GPUs per node).
+    """The partition (``-p``, else the first with ``--gpu-type``, else the default) and its GPU
+    facts, or a catalogue GPU (``--gpu``); and the GPUs (``--gpus``, or ``--nodes`` x GPUs per
+    node). A count beyond the partition's ``max_nodes`` is planned, with a note.
 
     Raises:
-        BadInputError: No such partition, no GPU facts, a GPU count that is not whole nodes
-            or more than the partition has, or fp32 without a TF32 rate.
+        BadInputError: No such partition or GPU, no GPU facts, a GPU count that is not whole
+            nodes, or fp32 without a TF32 rate.
     """
+    if gpu is not None:
+        if partition is not None or gpu_type is not None:
+            raise BadInputError(
+                "give --gpu (a GPU of the built-in catalogue) or -p/--gpu-type (a partition of "
+                "the site), not both"
+            )
+        return _catalogue_resources(catalogue_gpu(gpu), gpus=gpus, nodes=nodes, precision=precision)
     part = _pick_partition(site, partition, gpu_type)
     facts = site.gpu_facts_for(part)
     if facts is None or part.gpus_per_node < 1:
         raise BadInputError(
             f"partition {part.name!r} of site {site.name!r} has no GPU facts",
             hint="add 'gpu:' (model, bf16_tflops, memory_bytes, nvlink_domain, "
-            "internode_gbit_s) to its topology or partition; see docs/site-config.md",
+            "internode_gbit_s) to its topology or partition, or plan on a catalogue GPU with "
+            "--gpu H100; see docs/site-config.md",
         )
     per_node = part.gpus_per_node
-    if (gpus is None) == (nodes is None):
-        raise BadInputError(
-            "give the GPUs to plan for: --gpus N or --nodes N (one of them)",
-            hint=f"for example --nodes 16 ({16 * per_node} GPUs on partition {part.name})",
-        )
-    if nodes is not None:
-        gpus = nodes * per_node
-    assert gpus is not None
-    if gpus > per_node and gpus % per_node:
-        raise BadInputError(
-            f"--gpus {gpus} is not a whole number of {per_node}-GPU nodes",
-            hint=f"use a multiple of {per_node}, or at most {per_node}",
-        )
-    node_count = max(1, gpus // per_node)
+    gpus, node_count = _gpu_count(gpus, nodes, per_node, where=f"partition {part.name}")
+    notes = []
     if node_count > part.max_nodes:
-        raise BadInputError(
-            f"{node_count} nodes is more than partition {part.name!r} allows ({part.max_nodes})",
-            hint="plan for fewer GPUs, or pick another partition with -p",
+        notes.append(
+            f"{node_count} nodes is more than partition {part.name!r} allows ({part.max_nodes}): "
+            "planned as if it were larger"
         )
     if precision == "fp32":
         if facts.tf32_tflops is None:
@@ -236,23 +244,126 @@ def resolve_resources(
         nvlink_bytes_s=None if facts.nvlink_gbyte_s is None else facts.nvlink_gbyte_s * 1e9,
         max_time_s=part.max_time_seconds,
     )
-    return Resources(part, hardware, gpus, node_count)
+    return Resources(part, hardware, gpus, node_count, part.name, part.price, tuple(notes))
 
 
-def spare_nodes_for(res: Resources, spare_nodes: int | None) -> int:
-    """The spare nodes to plan with (``--spare-nodes``, else the partition's default).
+def _catalogue_resources(
+    entry: CatalogueGpu, *, gpus: int | None, nodes: int | None, precision: Precision
+) -> Resources:
+    if precision == "fp32":
+        raise BadInputError(
+            "the catalogue has no TF32 rates: plan catalogue GPUs with --precision bf16 or fp16"
+        )
+    per_node = entry.gpus_per_node
+    gpus, node_count = _gpu_count(gpus, nodes, per_node, where=f"{entry.key} nodes")
+    hardware = Hardware(
+        model=entry.model,
+        peak_flops=entry.bf16_tflops * 1e12,
+        memory_bytes=entry.memory_bytes,
+        gpus_per_node=per_node,
+        nvlink_domain=entry.nvlink_domain,
+        internode_bytes_s=entry.internode_gbit_s * 1e9 / 8,
+        nvlink_bytes_s=None if entry.nvlink_gbyte_s is None else entry.nvlink_gbyte_s * 1e9,
+        max_time_s=None,
+    )
+    return Resources(None, hardware, gpus, node_count, f"{entry.key} (catalogue)")
+
+
+def _gpu_count(
+    gpus: int | None, nodes: int | None, per_node: int, *, where: str
+) -> tuple[int, int]:
+    if (gpus is None) == (nodes is None):
+        raise BadInputError(
+            "give the GPUs to plan for: --gpus N or --nodes N (one of them)",
+            hint=f"for example --nodes 16 ({16 * per_node} GPUs on {where})",
+        )
+    if nodes is not None:
+        gpus = nodes * per_node
+    assert gpus is not None
+    if gpus > per_node and gpus % per_node:
+        raise BadInputError(
+            f"--gpus {gpus} is not a whole number of {per_node}-GPU nodes",
+            hint=f"use a multiple of {per_node}, or at most {per_node}",
+        )
+    return gpus, max(1, gpus // per_node)
+
+
+def spare_nodes_for(res: Resources, spare_nodes: int | None) -> tuple[int, str | None]:
+    """The spare nodes to plan with (``--spare-nodes``, else the partition's default), and a
+    note when the run's nodes and its spares are more than the partition allows."""
+    part = res.partition
+    spares = (part.spare_nodes if part is not None else 0) if spare_nodes is None else spare_nodes
+    if part is not None and spares and res.nodes + spares > part.max_nodes:
+        return spares, (
+            f"{res.nodes} nodes and {spares} spare node(s) are more than partition "
+            f"{part.name!r} allows ({part.max_nodes})"
+        )
+    return spares, None
+
+
+#: Most plans one comparison makes (each searches a few thousand layouts).
+MAX_COMPARED = 64
+
+
+@dataclass(frozen=True)
+class Target:
+    """One thing a comparison plans on: a site partition (None: the default) or a catalogue
+    GPU."""
+
+    partition: str | None = None
+    gpu: str | None = None
+
+
+def parse_node_counts(text: str) -> list[int]:
+    """``16``, ``16,32,64`` or a doubling range ``16-128`` (16, 32, 64, 128).
 
     Raises:
-        BadInputError: The run's nodes and its spares do not fit the partition.
+        BadInputError: Not counts, a range that runs backwards, or too many.
     """
-    spares = res.partition.spare_nodes if spare_nodes is None else spare_nodes
-    if res.nodes + spares > res.partition.max_nodes:
-        raise BadInputError(
-            f"{res.nodes} nodes and {spares} spare node(s) are more than partition "
-            f"{res.partition.name!r} allows ({res.partition.max_nodes})",
-            hint="plan for fewer nodes or fewer --spare-nodes",
-        )
-    return spares
+    hint = "for example -N 16, -N 16,32,64 or -N 16-128 (doubling from 16 to 128)"
+    low, dash, high = text.partition("-")
+    if dash:
+        first = parse_quantity(low, "--nodes")
+        last = parse_quantity(high, "--nodes")
+        if last < first:
+            raise BadInputError(f"--nodes {text!r} runs backwards", hint=hint)
+        counts: list[int] = []
+        count = first
+        while count <= last and len(counts) <= MAX_COMPARED:
+            counts.append(count)
+            count *= 2
+        if counts[-1] != last:
+            counts.append(last)
+    else:
+        counts = [parse_quantity(part, "--nodes") for part in text.split(",")]
+    counts = list(dict.fromkeys(counts))
+    if len(counts) > MAX_COMPARED:
+        raise BadInputError(f"--nodes {text!r}: more than {MAX_COMPARED} node counts", hint=hint)
+    return counts
+
+
+def parse_targets(site: SiteConfig, partitions: str | None, gpus: str | None) -> list[Target]:
+    """What to plan on: ``--partitions a,b`` (``all``: every partition with GPU facts),
+    ``--gpu H100,A100`` (catalogue GPUs), both, or neither (one target: ``-p`` or the default).
+
+    Raises:
+        BadInputError: An unknown partition or GPU, or too many.
+    """
+    targets: list[Target] = []
+    if partitions:
+        if partitions.strip() == "all":
+            names = [p.name for p in site.partitions if site.gpu_facts_for(p) is not None]
+            if not names:
+                raise BadInputError(f"site {site.name!r} has no partition with GPU facts")
+        else:
+            names = [site.partition(n.strip()).name for n in partitions.split(",")]
+        targets += [Target(partition=name) for name in dict.fromkeys(names)]
+    if gpus:
+        keys = [catalogue_gpu(name).key for name in gpus.split(",")]
+        targets += [Target(gpu=key) for key in dict.fromkeys(keys)]
+    if len(targets) > MAX_COMPARED:
+        raise BadInputError(f"more than {MAX_COMPARED} partitions and GPUs to compare")
+    return targets or [Target()]
 
 
 def _pick_partition(site: SiteConfig, partition: str | None, gpu_type: str | None) -> Partition:

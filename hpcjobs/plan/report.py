@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcjobs.plan.model import ModelSpec
 from hpcjobs.plan.search import Candidate, Request
 from hpcjobs.plan.timing import Hardware
+
+if TYPE_CHECKING:
+    from hpcjobs.plan.inputs import Resources
 
 
 def candidate_data(request: Request, cand: Candidate) -> dict[str, Any]:
@@ -56,6 +59,33 @@ def candidate_data(request: Request, cand: Candidate) -> dict[str, Any]:
     }
 
 
+def cost_data(res: Resources, cand: Candidate) -> dict[str, Any] | None:
+    """What the run costs at the partition's price: its GPU-hours and its spares' (None
+    without a price)."""
+    price = res.gpu_hour_price
+    if price is None or res.price is None:
+        return None
+    run = cand.cost.gpu_hours * price
+    spares = cand.cost.spare_gpu_hours * price
+    others = {
+        name: rate if res.price.unit == "gpu_hour" else rate / res.hardware.gpus_per_node
+        for name in ("reserved", "on_demand")
+        if (rate := getattr(res.price, name)) is not None
+    }
+    return {
+        "currency": res.price.currency,
+        "gpu_hour_price": price,
+        "run": run,
+        "spare_nodes": spares,
+        "total": run + spares,
+        # The same GPU-hours at the provider's other rates, per GPU-hour, for comparison.
+        "at_other_rates": {
+            name: (cand.cost.gpu_hours + cand.cost.spare_gpu_hours) * rate
+            for name, rate in others.items()
+        },
+    }
+
+
 def model_data(model: ModelSpec) -> dict[str, Any]:
     shape = model.shape
     return {
@@ -82,4 +112,4 @@ def hardware_data(hw: Hardware) -> dict[str, Any]:
     }
 
 
-__all__ = ["candidate_data", "hardware_data", "model_data"]
+__all__ = ["candidate_data", "cost_data", "hardware_data", "model_data"]

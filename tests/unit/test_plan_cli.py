@@ -238,13 +238,19 @@ def test_spare_nodes_are_costed_and_applied(tmp_path: Path) -> None:
     assert none["layouts"][0]["training"]["spare_gpu_hours"] == 0
 
 
-def test_spare_nodes_must_fit_the_partition() -> None:
-    result = plan("--params", "1B", "--seq-len", "2048", "--tokens", "1B", "--global-batch", "8",
-                  "--nodes", "3", "--spare-nodes", "1", site="sandbox")  # fmt: skip
-    assert result.exit_code == 2
-    assert "3 nodes and 1 spare node(s) are more than partition 'batch' allows (3)" in (
+def test_a_size_beyond_the_partition_is_planned_and_said() -> None:
+    # Renting means asking about sizes the cluster does not have: planned, with a note.
+    args = ["--params", "1B", "--seq-len", "2048", "--tokens", "1B", "--global-batch", "48"]
+    result = plan(*args, "--nodes", "3", "--spare-nodes", "1", site="sandbox")
+    assert result.exit_code == 0, result.output
+    assert "Note: 3 nodes and 1 spare node(s) are more than partition 'batch' allows (3)" in (
         result.output
     )
+    data = plan_json(*args, "--nodes", "6", site="sandbox")
+    assert data["inputs"]["nodes"] == 6 and data["layouts"][0]["fits"]
+    assert data["notes"] == [
+        "6 nodes is more than partition 'batch' allows (3): planned as if it were larger"
+    ]
 
 
 def test_plan_variables_are_the_only_hpcjobs_names_a_job_may_set() -> None:
