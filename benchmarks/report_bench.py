@@ -103,7 +103,7 @@ def build(root_dir: Path, chains: int, steps: int) -> tuple[list[str], dict[str,
             rows[job] = (
                 f"{job}|{job}|COMPLETED|{_stamp(t)}|{_stamp(start)}|{_stamp(end)}|"
                 f"{int(end) - int(start)}|billing=16,cpu=16,gres/gpu=8,node=2|"
-                f"billing=16,cpu=16,gres/gpu=8,node=2|16|00:00:00|||2|n[1-2]|ann|proj|train\n"
+                f"billing=16,cpu=16,gres/gpu=8,node=2|16|00:00:00|||2|n[1-2]|ann|proj|batch|train\n"
             )
             t = end + 3
         (out / f"chain-{root}.tsv").write_text("".join(events))
@@ -113,7 +113,7 @@ def build(root_dir: Path, chains: int, steps: int) -> tuple[list[str], dict[str,
         write_record(record, {"spec": {"nodes": 2, "gpus_per_node": 4}})
         remember([root], record, output_dir=str(out))
         roots.append(root)
-    assert all(len(FIELDS) == 18 for _ in [0])
+    assert all(len(FIELDS) == 19 for _ in [0])
     return roots, rows
 
 

@@ -12,6 +12,7 @@ import click
 from hpcjobs.cli.options import make_runner
 
 if TYPE_CHECKING:
+    from hpcjobs.config.models import SiteConfig
     from hpcjobs.jobs.chain import ChainRef
     from hpcjobs.runner import Runner
     from hpcjobs.slurm.client import SlurmClient
@@ -49,6 +50,32 @@ def slurm_access(ctx: click.Context, host: str | None) -> tuple[Runner, SlurmCli
         return client.runner, client
     runner = make_runner(host, (ctx.obj or {}).get("site"))
     return runner, backend.make_client(runner)
+
+
+def site_for(ctx: click.Context, host: str | None) -> SiteConfig:
+    """The site: ``--site``, else (with ``--host``) the site whose login hosts include the
+    host, else the one this machine selects.
+
+    Raises:
+        ConfigError: No site is found, or the one found is invalid.
+    """
+    from hpcjobs.config.loader import load_site
+    from hpcjobs.errors import HpcJobsError
+
+    chosen = (ctx.obj or {}).get("site")
+    if chosen is None and host:
+        from hpcjobs.config.locate import list_sites
+        from hpcjobs.remote.hostspec import parse_host_spec
+
+        name = parse_host_spec(host).host
+        for entry in list_sites():
+            try:
+                candidate = load_site(entry.path)
+            except HpcJobsError:
+                continue
+            if name in candidate.login_hosts:
+                return candidate
+    return load_site(chosen)
 
 
 def chains_for(

@@ -13,8 +13,11 @@ from hpcjobs.cli.options import host_option
 from hpcjobs.errors import BadInputError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from hpcjobs.jobs.chain import ChainRef
     from hpcjobs.report.build import ChainReport
+    from hpcjobs.report.money import Rate
     from hpcjobs.runner import Runner
     from hpcjobs.slurm.client import SlurmClient
 
@@ -91,10 +94,11 @@ def report(
             hint="hpcjobs report JOBID..., or hpcjobs report --since now-1days",
         )
     runner, client = slurm_access(ctx, host)
+    rates = _rates(ctx, host)
     if compare:
-        _compare(runner, client, compare, host, as_json=as_json, html_file=html_file)
+        _compare(runner, client, compare, host, as_json=as_json, html_file=html_file, rates=rates)
         return
-    reports = gather(runner, client, list(job_ids), host, user, account, since, until)
+    reports = gather(runner, client, list(job_ids), host, user, account, since, until, rates)
     if html_file is not None:
         from hpcjobs.report.html import report_page
 
@@ -125,8 +129,9 @@ def gather(
     account: str | None = None,
     since: str | None = None,
     until: str | None = None,
+    rates: Mapping[str, Rate] | None = None,
 ) -> list[ChainReport]:
-    """The reports of the named chains, or of every chain in the window."""
+    """The reports of the named chains, or of every chain in the window, priced at ``rates``."""
     from hpcjobs.report.build import collect, requested_from_record
     from hpcjobs.slurm.classify import UnknownJobError
     from hpcjobs.slurm.client import check_job_ids
@@ -134,7 +139,11 @@ def gather(
     if job_ids:
         refs = _chains(runner, check_job_ids(job_ids), host)
         reports = collect(
-            client, runner, refs, requested_gpus=lambda r: requested_from_record(r, host)
+            client,
+            runner,
+            refs,
+            requested_gpus=lambda r: requested_from_record(r, host),
+            rates=rates,
         )
         unknown = [r.root for r in reports if not r.runs and r.root in job_ids]
         if unknown and len(unknown) == len(reports):
@@ -158,6 +167,7 @@ def gather(
         refs,
         usage=usage,
         requested_gpus=lambda r: requested_from_record(r, host),
+        rates=rates,
     )
 
 
@@ -176,10 +186,11 @@ def _compare(
     *,
     as_json: bool,
     html_file: Path | None,
+    rates: Mapping[str, Rate],
 ) -> None:
     from hpcjobs.report.compare import compare_reports, compare_text, script_differences
 
-    before, after = gather(runner, client, list(pair), host)
+    before, after = gather(runner, client, list(pair), host, rates=rates)
     differences = script_differences(pair[0], pair[1], host)
     data = compare_reports(before, after, differences)
     if html_file is not None:
@@ -190,6 +201,21 @@ def _compare(
         click.echo(json.dumps(data, indent=2))
         return
     click.echo(compare_text(data))
+
+
+def _rates(ctx: click.Context, host: str | None) -> dict[str, Rate]:
+    """The site's prices by partition: ``--site``'s (its errors are the user's to see), else the
+    site ``--host`` or this machine selects, if any; none without a site."""
+    from hpcjobs.cli.common import site_for
+    from hpcjobs.errors import ConfigError
+    from hpcjobs.report.money import site_rates
+
+    try:
+        return site_rates(site_for(ctx, host))
+    except ConfigError:
+        if (ctx.obj or {}).get("site") is not None:
+            raise
+        return {}  # no site here: the report shows no money
 
 
 def _write_page(path: Path, page: str) -> None:

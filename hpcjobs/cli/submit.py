@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
+from hpcjobs.cli.common import site_for
 from hpcjobs.cli.options import Count, NodeRange, host_option, make_runner
 from hpcjobs.config.launchers import LAUNCHERS, launcher_help
 from hpcjobs.errors import BadInputError, HpcJobsError
@@ -219,7 +220,7 @@ def submit(
             hint="--fresh starts over, --resume continues from the folder's checkpoints",
         )
     reuse: Reuse | None = "fresh" if fresh else "resume" if resume else None
-    site = _load_site(ctx, host)
+    site = site_for(ctx, host)
     runner = make_runner(host, site) if host and not dry_run else None
     where = _remote_where(runner) if runner is not None else None
     rendered = _render(ctx, fields, site=site, where=where)
@@ -414,26 +415,6 @@ def _print_dry_run(rendered: Any, plan: Any) -> None:
             "option on the sbatch command line and drops these variables when it submits).",
             err=True,
         )
-
-
-def _load_site(ctx: click.Context, host: str | None) -> Any:
-    """The site: --site, else (with --host) the site whose login hosts include the host."""
-    from hpcjobs.config.loader import load_site
-
-    chosen = (ctx.obj or {}).get("site")
-    if chosen is None and host:
-        from hpcjobs.config.locate import list_sites
-        from hpcjobs.remote.hostspec import parse_host_spec
-
-        name = parse_host_spec(host).host
-        for entry in list_sites():
-            try:
-                candidate = load_site(entry.path)
-            except HpcJobsError:
-                continue
-            if name in candidate.login_hosts:
-                return candidate
-    return load_site(chosen)
 
 
 def _remote_where(runner: Runner) -> Any:

@@ -26,6 +26,7 @@ from hpcjobs.report.goodput import (
     split_run,
     step_times,
 )
+from hpcjobs.report.money import Rate, chain_cost
 from hpcjobs.runtime.progress import Report
 from hpcjobs.runtime.supervisor.eventlog import IN_JOB, is_growth
 from hpcjobs.slurm.usage import RunUsage
@@ -82,6 +83,8 @@ class RunReport:
     #: ``elapsed_s`` x ``gpus`` (``cpus``).
     gpu_s: float | None = None
     cpu_s: float | None = None
+    #: The partition the run ran in (accounting's ``Partition``).
+    partition: str = ""
 
     @property
     def weight(self) -> float:
@@ -110,6 +113,7 @@ class RunReport:
             "cpus": self.cpus,
             "nodes": self.nodes,
             "nodelist": self.nodelist,
+            "partition": self.partition,
             "running": self.running,
             "cause": self.cause,
             "signal_at": self.signal_at,
@@ -142,6 +146,8 @@ class ChainReport:
     steps_lost_event_log: int | None
     gpu: GpuSummary | None = None
     notes: list[str] = field(default_factory=list)
+    #: Partition -> its price (:mod:`hpcjobs.report.money`); empty: no money is shown.
+    rates: dict[str, Rate] = field(default_factory=dict)
 
     # ---- totals ---------------------------------------------------------------------------
 
@@ -197,6 +203,15 @@ class ChainReport:
         if not self.has_progress:
             return None
         return sum(run.parts.redone_steps for run in self.runs if run.parts)
+
+    def cost(self) -> dict[str, Any] | None:
+        """The allocation's cost and each part's, at the partitions' prices (None: no price
+        for some run, or none asked for)."""
+        return chain_cost(self.runs, self.rates, self.has_progress)[0] if self.rates else None
+
+    def cost_note(self) -> str | None:
+        """Why there is no cost although prices were given."""
+        return chain_cost(self.runs, self.rates, self.has_progress)[1] if self.rates else None
 
     @property
     def not_running_s(self) -> float:
@@ -271,7 +286,8 @@ class ChainReport:
             "step_time": self.step_stats(),
             "interruptions": self.interruptions,
             "gpu": None if self.gpu is None else self.gpu.to_dict(),
-            "notes": self.notes,
+            "cost": self.cost(),
+            "notes": self.notes + ([note] if (note := self.cost_note()) else []),
         }
 
 
@@ -284,6 +300,7 @@ def chain_report(
     requested_gpus: int | None = None,
     gpu: GpuSummary | None = None,
     now: float | None = None,
+    rates: Mapping[str, Rate] | None = None,
 ) -> ChainReport:
     """The report of one chain from its accounting rows, event log and progress reports.
 
@@ -296,6 +313,7 @@ def chain_report(
             accounting tracks no GPUs.
         gpu: GPU telemetry, where the job sampled it.
         now: the time for a run still running (default: now).
+        rates: partition -> its price, for the cost (none: no money is shown).
     """
     now = time.time() if now is None else now
     ids = chain.job_ids if chain is not None and chain.events else [root]
@@ -354,6 +372,7 @@ def chain_report(
         steps_lost_event_log=sum(lost) if stops else None,
         gpu=gpu,
         notes=notes,
+        rates=dict(rates or {}),
     )
 
 
@@ -394,6 +413,7 @@ def _runs(
                 peak_memory=row.peak_memory,
                 gpu_s=row.gpu_seconds if row.resized and source == GPUS_ACCOUNTING else None,
                 cpu_s=row.cpu_seconds if row.resized else None,
+                partition=row.partition,
             )
         )
         # Accounting's elapsed is the truth for allocated time; keep end consistent with it.
@@ -479,6 +499,7 @@ def collect(
     requested_gpus: Callable[[str], int | None] | None = None,
     usage: Sequence[RunUsage] | None = None,
     read_gpu: bool = True,
+    rates: Mapping[str, Rate] | None = None,
 ) -> list[ChainReport]:
     """Reports for chains (root -> its event log, or None for a job without one).
 
@@ -499,7 +520,9 @@ def collect(
         gpu = read_gpu_samples(runner, ref.output_dir, root) if ref and read_gpu else None
         wanted = requested_gpus(root) if requested_gpus else None
         chain = ref.chain if ref is not None else None
-        reports.append(chain_report(root, usage, chain, progress, requested_gpus=wanted, gpu=gpu))
+        reports.append(
+            chain_report(root, usage, chain, progress, requested_gpus=wanted, gpu=gpu, rates=rates)
+        )
     return reports
 
 

@@ -27,10 +27,15 @@ def compare_reports(
     rows = [
         _row("step time median (s)", sa["median_s"], sb["median_s"], 3),
         _row("step time p90 (s)", sa["p90_s"], sb["p90_s"], 3),
-        _row("goodput (%)", _pct(a.goodput), _pct(b.goodput), 1),
+        _row("goodput (%)", _pct(a.goodput), _pct(b.goodput), 1, better="higher"),
         _row("allocated GPU-hours", a.allocated_gpu_hours, b.allocated_gpu_hours, 3),
         _row("runs", len(a.runs), len(b.runs), 0),
     ]
+    ca, cb = a.cost(), b.cost()
+    if ca is not None and cb is not None and ca["currency"] == cb["currency"]:
+        currency = ca["currency"]
+        rows.append(_row(f"cost allocated ({currency})", ca["allocated"], cb["allocated"], 2))
+        rows.append(_row(f"cost of badput ({currency})", ca["badput"], cb["badput"], 2))
     rows += [
         _row(f"badput: {LABELS[p]} (%)", _pct(a.share(p)), _pct(b.share(p)), 1)
         for p in BADPUT_PARTS
@@ -43,8 +48,14 @@ def compare_text(data: dict[str, Any]) -> str:
     from hpcjobs.texttable import table
 
     a, b = str(data["a"]), str(data["b"])
-    body = [[r["what"], str(r["a"]), str(r["b"]), str(r["change"])] for r in data["rows"]]
-    lines = [f"Before/after: chain {a} vs chain {b}", table(["FIGURE", a, b, "CHANGE"], body)]
+    body = [
+        [r["what"], str(r["a"]), str(r["b"]), str(r["change"]), r.get("direction") or "-"]
+        for r in data["rows"]
+    ]
+    lines = [
+        f"Before/after: chain {a} vs chain {b}",
+        table(["FIGURE", a, b, "CHANGE", "DIRECTION"], body),
+    ]
     if data["differences"]:
         diff = [[d["what"], d["a"], d["b"]] for d in data["differences"]]
         lines += ["What differed in the jobs:", table(["WHAT", a, b], diff)]
@@ -99,14 +110,34 @@ def _tuning(path: Path) -> dict[str, str]:
         return {}
 
 
-def _row(what: str, a: float | int | None, b: float | int | None, digits: int) -> dict[str, Any]:
+def _row(
+    what: str,
+    a: float | int | None,
+    b: float | int | None,
+    digits: int,
+    *,
+    better: str = "lower",
+) -> dict[str, Any]:
+    """One figure of A and B, the change, and its direction: ``better``, ``worse`` or ``same``
+    (None when a side is unknown; ``better`` says which way is good)."""
     change: str = "-"
+    direction = None
     if a is not None and b is not None:
         delta = b - a
         change = f"{delta:+.{digits}f}"
         if a and digits:
             change += f" ({delta / a * 100:+.0f} %)"
-    return {"what": what, "a": _fmt(a, digits), "b": _fmt(b, digits), "change": change}
+        if round(delta, digits) == 0:
+            direction = "same"
+        else:
+            direction = "better" if (delta < 0) == (better == "lower") else "worse"
+    return {
+        "what": what,
+        "a": _fmt(a, digits),
+        "b": _fmt(b, digits),
+        "change": change,
+        "direction": direction,
+    }
 
 
 def _fmt(value: float | int | None, digits: int) -> str:

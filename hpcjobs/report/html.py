@@ -40,6 +40,7 @@ th{background:#f6f8fa}.big{font-size:28px;font-weight:600}
 font-size:13px}.sw{display:inline-block;width:12px;height:12px;margin-right:4px;
 vertical-align:middle}
 svg text{font-size:11px;fill:#1f2328}
+.better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}
 """
 
 
@@ -71,11 +72,19 @@ def chain_section(report: ChainReport) -> str:
         + (f"; result: {escape(report.result)}" if report.result else "")
         + "</p>"
     )
+    cost = report.cost()
+    if cost is not None:
+        currency = escape(cost["currency"])
+        text = f"cost: {cost['allocated']:,.2f} {currency} allocated"
+        if cost["badput"] is not None:
+            text += f", of which badput {cost['badput']:,.2f} {currency}"
+        parts.append(f'<p class="cost">{text} (at the partitions\' prices)</p>')
     if report.has_progress:
         parts.append(_breakdown(report))
     parts.append(_timeline(report))
     parts.append(_runs_table(report))
-    for note in report.notes:
+    cost_note = report.cost_note()
+    for note in [*report.notes, *([cost_note] if cost_note else [])]:
         parts.append(f'<p class="note">Note: {escape(note)}</p>')
     parts.append("</section>")
     return "\n".join(parts)
@@ -251,14 +260,21 @@ def _comparison(data: dict[str, Any]) -> str:
     rows = []
     for row in data.get("rows", []):
         cells = [str(row["what"]), str(row["a"]), str(row["b"]), str(row["change"])]
-        rows.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+        direction = row.get("direction") or "-"
+        mark = {"better": "&#9650; better", "worse": "&#9660; worse"}.get(direction, direction)
+        rows.append(
+            "<tr>"
+            + "".join(f"<td>{escape(c)}</td>" for c in cells)
+            + f'<td class="{escape(direction)}">{mark}</td></tr>'
+        )
     diffs = []
     for diff in data.get("differences", []):
         cells = [str(diff["what"]), str(diff["a"]), str(diff["b"])]
         diffs.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
     a, b = escape(str(data.get("a", ""))), escape(str(data.get("b", "")))
     out = [f"<h2>Before/after: {a} vs {b}</h2><table class=\"compare\">"
-           f"<tr><th>figure</th><th>{a}</th><th>{b}</th><th>change</th></tr>{''.join(rows)}"
+           f"<tr><th>figure</th><th>{a}</th><th>{b}</th><th>change</th><th>direction</th></tr>"
+           f"{''.join(rows)}"
            "</table>"]  # fmt: skip
     if diffs:
         out.append(

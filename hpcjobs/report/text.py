@@ -24,13 +24,28 @@ def report_text(report: ChainReport) -> str:
         f"{report.allocated_cpu_hours:.3f} CPU-hours, {_dur(report.allocated_s)} "
         f"{report.unit}-time"
     )
+    cost = report.cost()
+    if cost is not None:
+        text = f"Cost: {_money(cost['allocated'])} {cost['currency']} allocated"
+        if cost["badput"] is not None:
+            text += (
+                f", of which badput {_money(cost['badput'])} {cost['currency']} "
+                f"(at the partitions' prices)"
+            )
+        lines.append(text)
     if report.has_progress:
+        parts = cost["parts"] if cost is not None else None
         rows = [["goodput", _pct(report.share("goodput")), _dur(report.part_s("goodput"))]]
         rows += [
             [f"badput: {LABELS[part]}", _pct(report.share(part)), _dur(report.part_s(part))]
             for part in BADPUT_PARTS
         ]
-        lines.append(table(["PART", "SHARE", f"{report.unit.upper()}-TIME"], rows))
+        headers = ["PART", "SHARE", f"{report.unit.upper()}-TIME"]
+        if parts is not None and cost is not None:
+            for row, part in zip(rows, ("goodput", *BADPUT_PARTS), strict=True):
+                row.append(_money(parts[part]))
+            headers.append(f"COST {cost['currency']}")
+        lines.append(table(headers, rows))
     gaps = ", ".join(_dur(g) for g in report.gaps_s) or "none"
     lines.append(
         f"Not running (wall clock): queue wait {_dur(report.queue_wait_s)}, gaps between runs "
@@ -86,9 +101,14 @@ def report_text(report: ChainReport) -> str:
             for g in report.gpu.gpus
         ]
         lines.append(table(["HOST", "GPU", "MEAN UTIL", "MAX MEM", "TOTAL MEM", ""], gpu_rows))
-    for note in report.notes:
+    cost_note = report.cost_note()
+    for note in [*report.notes, *([cost_note] if cost_note else [])]:
         lines.append(f"Note: {note}")
     return "\n".join(lines)
+
+
+def _money(amount: float) -> str:
+    return f"{amount:,.2f}"
 
 
 def _pct(value: float | None) -> str:

@@ -46,6 +46,7 @@ FIELDS = (
     "NodeList",
     "User",
     "Account",
+    "Partition",
     "JobName",
 )
 
@@ -91,6 +92,8 @@ class RunUsage:
     user: str
     account: str
     name: str
+    #: The partition the run ran in (what its allocation is priced at).
+    partition: str = ""
     steps: list[StepUsage] = field(default_factory=list)
     #: Where Slurm resized the run (a node out of a job with spare nodes): each earlier size,
     #: oldest first; ``elapsed_s`` counts them too.
@@ -208,6 +211,7 @@ def parse_usage(text: str) -> list[RunUsage]:
                 user=f["User"].strip(),
                 account=f["Account"].strip(),
                 name=f["JobName"],
+                partition=f["Partition"].strip(),
             )
         )
     return fold_resized(runs, lambda r: r.job_id, lambda r: r.state, _fold_resized)

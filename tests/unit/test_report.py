@@ -71,9 +71,9 @@ def test_sacct_figures_as_seff_reads_them() -> None:
     assert parse_bytes("") is None
     line = (
         "7|7|COMPLETED|2026-12-01T10:00:00|2026-12-01T10:00:10|2026-12-01T10:01:50|100|"
-        "cpu=8,node=1|cpu=8,gres/gpu:h100=4,node=1|8|00:00:00|||1|n1|ann|proj|train\n"
+        "cpu=8,node=1|cpu=8,gres/gpu:h100=4,node=1|8|00:00:00|||1|n1|ann|proj|gpu|train\n"
         "7.0|7.0|COMPLETED|2026-12-01T10:00:10|2026-12-01T10:00:10|2026-12-01T10:01:50|100|"
-        "cpu=8,node=1||8|06:40.000|2G|n1|1|n1|||python\n"
+        "cpu=8,node=1||8|06:40.000|2G|n1|1|n1||||python\n"
     )
     (run,) = parse_usage(line)
     assert run.gpus is None and run.requested_gpus == 4
