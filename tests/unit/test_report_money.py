@@ -74,8 +74,8 @@ def test_before_after_rows_carry_cost_and_a_direction() -> None:
     from hpcjobs.report.compare import compare_reports, compare_text
     from hpcjobs.report.html import report_page
 
-    cheap = report({"batch": Rate("USD", 2.0, None)})
-    dear = report({"batch": Rate("USD", 3.0, None)})
+    cheap = report({"batch": Rate("USD", 2000.0, None)})  # the recorded chain is short
+    dear = report({"batch": Rate("USD", 3000.0, None)})
     data = compare_reports(cheap, dear, [])
     rows = {row["what"]: row for row in data["rows"]}
     assert rows["cost allocated (USD)"]["direction"] == "worse"
