@@ -1,9 +1,9 @@
 """``hpcjobs report --compare A B``: two chains side by side, and what differed in their jobs.
 
 The figures come from the two :class:`~hpcjobs.report.build.ChainReport`; the differences from
-the two submission records (:mod:`hpcjobs.jobs.records`) and the scripts kept next to them: every
-NCCL/UCX/Gloo variable with its origin (the comment the renderer writes after each value),
-binding on or off, nodes, GPUs per node, ranks per node and the launcher.
+the two submission records (:mod:`hpcjobs.jobs.records`) and the scripts kept next to them: the
+command, every NCCL/UCX/Gloo variable with its origin (the comment the renderer writes after each
+value), binding on or off, nodes, GPUs per node, ranks per node, the launcher and the partition.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from hpcjobs.report.build import ChainReport
 from hpcjobs.report.goodput import BADPUT_PARTS, LABELS
 
 _TUNING = re.compile(r"^export ((?:NCCL|UCX|GLOO)_\w+)=(.*?)(?:\s+#\s*(.*))?$")
-_SPEC_KEYS = ("nodes", "gpus_per_node", "ntasks_per_node", "launcher", "bind", "partition")
+_SPEC_KEYS = (
+    "command", "nodes", "gpus_per_node", "ntasks_per_node", "launcher", "bind", "partition",
+)  # fmt: skip
 
 
 def compare_reports(
@@ -149,4 +151,8 @@ def _pct(value: float | None) -> float | None:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, list):
+        import shlex
+
+        return shlex.join(str(item) for item in value)
     return "(default)" if value is None else str(value)

@@ -108,7 +108,8 @@ def report_text(report: ChainReport) -> str:
 
 
 def _money(amount: float) -> str:
-    return f"{amount:,.2f}"
+    """Cents, and four decimals below one unit (a short test run costs fractions of a cent)."""
+    return f"{amount:,.2f}" if abs(amount) >= 1 or amount == 0 else f"{amount:.4f}"
 
 
 def _pct(value: float | None) -> str:

@@ -131,8 +131,13 @@ def site(sandbox: Any) -> Iterator[Site]:
 def preempted(site: Site) -> tuple[str, Path, Chain]:
     """A chain preempted once, 36 or more steps in (its last checkpoint was step 24)."""
     job_id, out, _ = site.submit("report-preempt", "--steps", "120", "--step-time", "0.1")
+    return job_id, out, preempt_past(site, job_id, out, 36)
+
+
+def preempt_past(site: Site, job_id: str, out: Path, step: int) -> Chain:
+    """Preempt the chain of ``job_id`` once it reported ``step``; the chain once it ended."""
     ckpt = CheckpointDir(out / "checkpoints")
-    wait_for("step 36", lambda: (ckpt.progress() or 0) >= 36, 90, every=0.1)
+    wait_for(f"step {step}", lambda: (ckpt.progress() or 0) >= step, 90, every=0.1)
     preemptor = site.slurm("sbatch", "--parsable", "-p", "urgent", "-N", "3", "--exclusive",
                            "-J", "preemptor", "-o", "/dev/null", "--wrap", "sleep 5")  # fmt: skip
     preemptor_id = preemptor.strip().split(";")[0]
@@ -140,7 +145,7 @@ def preempted(site: Site) -> tuple[str, Path, Chain]:
     chain = site.ended(out / f"chain-{job_id}.jsonl")
     # Gone before the next test's job, which it would preempt too.
     wait_for("the preemptor to leave the queue", partial(site.gone, preemptor_id), 120)
-    return job_id, out, chain
+    return chain
 
 
 def test_report_of_a_chain_preempted_once(site: Site, preempted: tuple[str, Path, Chain]) -> None:
@@ -356,3 +361,67 @@ def test_gpu_samples_come_from_every_node(site: Site) -> None:
     assert {(gpu["host"], gpu["uuid"]) for gpu in gpus} == {(n, f"GPU-{n}-0") for n in expanded}
     assert all(gpu["samples"] >= 2 for gpu in gpus), gpus
     assert report["gpu"]["idle"] == 0
+
+
+def test_before_after_of_two_real_chains(site: Site) -> None:
+    """The same program twice, one change between them (no checkpoint in 120 steps, then one
+    every 5 steps), each preempted once past step 36: ``report --compare`` gives the step-time,
+    goodput and cost deltas with their direction in the terminal, in JSON and on a page that
+    Chromium draws."""
+    browser = _chromium()
+    if browser is None:
+        if IN_CI:
+            pytest.fail("CI=true but chromium is missing (scripts/bootstrap.sh installs it)")
+        pytest.skip("chromium is not installed")
+    roots = []
+    for name, every in (("before", "200"), ("after", "5")):
+        job_id, out, _ = site.submit(name, "--steps", "120", "--step-time", "0.1",
+                                     "--checkpoint-every", every)  # fmt: skip
+        chain = preempt_past(site, job_id, out, 36)
+        assert len(chain.job_ids) == 2, chain.job_ids
+        site.elapsed_gpu_seconds(chain.job_ids)  # accounting has settled
+        roots.append(job_id)
+    before, after = roots
+    proc = site.hpcjobs("--site", "sandbox", "report", "--compare", before, after, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    rows = {row["what"]: row for row in data["rows"]}
+    # Fewer steps redone after the preemption: every step reached (36 or more) before, at most
+    # the 4 since the last checkpoint after.
+    assert rows["badput: steps redone after an interruption (%)"]["direction"] == "better", rows
+    for what in ("step time median (s)", "goodput (%)", "cost allocated (USD)",
+                 "cost of badput (USD)"):  # fmt: skip
+        assert rows[what]["direction"] in ("better", "worse", "same"), rows[what]
+    assert [d["what"] for d in data["differences"]] == ["command"], data["differences"]
+    assert "--checkpoint-every 200" in data["differences"][0]["a"]
+    text = site.hpcjobs("--site", "sandbox", "report", "--compare", before, after)
+    assert (
+        text.returncode == 0
+        and "DIRECTION" in text.stdout
+        and "cost allocated (USD)" in (text.stdout)
+    )
+    page = site.folder / "before-after.html"
+    proc = site.hpcjobs("--site", "sandbox", "report", "--compare", before, after, "--html",
+                        str(page))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    dom = subprocess.run(
+        [browser, *chromium_flags(site.folder), "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert dom.returncode == 0, dom.stderr
+    assert f"Before/after: {before} vs {after}" in dom.stdout
+    assert '<td class="better">' in dom.stdout and "cost: " in dom.stdout
+    for root in roots:  # each chain's own timeline is the picture under the table
+        assert f'id="chain-{root}"' in dom.stdout and 'class="interruption"' in dom.stdout
+    shot = site.folder / "before-after.png"
+    width, height, pixels = screenshot(browser, page, shot, (1000, 1400))
+    assert (width, height) == (1000, 1400)
+    colours = set(pixels)
+    assert len(colours) > 20, len(colours)
+    # The green of "better" (#1a7f37) and the goodput green of the timelines are on screen.
+    assert any(
+        abs(r - 0x1A) < 10 and abs(g - 0x7F) < 10 and abs(b - 0x37) < 10 for r, g, b in colours
+    )
+    if KEEP_SCREENSHOT:
+        keep = Path(KEEP_SCREENSHOT)
+        shutil.copy(shot, keep.with_name(keep.stem + "-compare.png"))

@@ -47,7 +47,7 @@ def test_an_interrupted_chains_badput_costs_its_gpu_hours_at_the_sites_price() -
     data = chain.to_dict()
     assert data["cost"] == cost and data["runs"][0]["partition"] == "batch"
     text = report_text(chain)
-    assert "Cost: 0.01 USD allocated, of which badput" in text and "COST USD" in text
+    assert "Cost: 0.0144 USD allocated, of which badput 0.0014 USD" in text and "COST USD" in text
 
 
 def test_no_price_no_cost_and_a_note_that_says_why() -> None:
