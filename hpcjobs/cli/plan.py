@@ -82,6 +82,34 @@ if TYPE_CHECKING:
     metavar="JOBID",
     help="Use the end-to-end speed a finished run here measured.",
 )
+@click.option(
+    "--mttf",
+    type=float,
+    metavar="HOURS",
+    help="Mean hours between interruptions of the whole run (default: Meta's 7.9 h at 1,024 "
+    "GPUs, scaled to the GPUs planned).",
+)
+@click.option(
+    "--checkpoint-minutes",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Checkpoint interval: an interruption loses half of it on average.",
+)
+@click.option(
+    "--restart-minutes",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Time to restart from a checkpoint after an interruption.",
+)
+@click.option(
+    "--requeue-minutes",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Queue wait for the next allocation after an interruption (none with spare nodes).",
+)
 @click.option("--layout", "layout_text", metavar="tp=T,pp=P", help="Fix tp, pp (dp, mb, sp).")
 @click.option("--zero", type=Count(0, 3), help="Fix the ZeRO stage (0-3).")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Fix it.")
@@ -183,6 +211,7 @@ def _plan_one(
     """
     from hpcjobs.errors import BadInputError
     from hpcjobs.plan import inputs
+    from hpcjobs.plan.faults import fault_model, interruption_data
     from hpcjobs.plan.report import candidate_data, cost_data, hardware_data, model_data
     from hpcjobs.plan.search import Fixed, Request, distinct, search
 
@@ -267,10 +296,26 @@ def _plan_one(
             "with --layout tp=T,pp=P --zero Z --recompute full",
         )
     shown = distinct(fitting, opts["top"]) if fitting else result.candidates[:1]
+    faults = fault_model(
+        res.gpus,
+        mttf_h=inputs.positive(opts["mttf"], "--mttf"),
+        checkpoint_minutes=inputs.positive(opts["checkpoint_minutes"], "--checkpoint-minutes")
+        or 0.0,
+        restart_minutes=inputs.not_negative(opts["restart_minutes"], "--restart-minutes"),
+        requeue_minutes=inputs.not_negative(opts["requeue_minutes"], "--requeue-minutes"),
+    )
     layouts = []
     for cand in shown:
         item = candidate_data(request, cand)
         item["cost"] = cost_data(res, cand)
+        item["interruptions"] = interruption_data(
+            cand.cost.total_s,
+            res.gpus,
+            faults,
+            spare_nodes=spares,
+            gpus_per_node=res.hardware.gpus_per_node,
+            gpu_hour_price=res.gpu_hour_price,
+        )
         layouts.append(item)
     data = {
         "inputs": {
@@ -330,6 +375,43 @@ def _compare(
     _print_comparison(rows, plans)
 
 
+def _print_interruptions(item: dict[str, Any], price: dict[str, Any] | None) -> None:
+    """What interruptions would cost layout #1, and what a spare node or shorter checkpoints
+    would change."""
+    faults, training = item["interruptions"], item["training"]
+    currency = "" if price is None else f" {price['currency']}"
+
+    def outcome(figures: dict[str, Any]) -> str:
+        if figures["days"] is None:
+            return "never ends (an interruption costs more than the time between two)"
+        text = f"{figures['days']:.2f} days"
+        if figures["cost"] is not None:
+            text += f", {figures['cost']:,.0f}{currency}"
+        return text
+
+    requeue = f", {faults['requeue_h'] * 60:g}-min requeue" if faults["requeue_h"] else ""
+    click.echo(
+        f"Interruptions: one per {faults['mttf_h']:.2g} h at this size; each costs "
+        f"{faults['per_interruption_h'] * 60:.0f} min (half a "
+        f"{faults['checkpoint_interval_h'] * 60:g}-min checkpoint interval, "
+        f"{faults['restart_h'] * 60:g}-min restart{requeue})."
+    )
+    expected = "-" if faults["expected"] is None else f"{faults['expected']:,.0f}"
+    base = f"{training['days']:.2f} days"
+    if item["cost"] is not None:
+        base += f", {item['cost']['total']:,.0f}{currency}"
+    click.echo(f"  #1 with them: {expected} expected, {outcome(faults)} (without: {base})")
+    what_if = faults["what_if"]
+    if "one_spare_node" in what_if:
+        click.echo(f"  with one spare node (no queue wait): {outcome(what_if['one_spare_node'])}")
+    shorter = faults["checkpoint_interval_h"] * 60 / 3
+    click.echo(
+        f"  checkpointing every {shorter:g} min: {outcome(what_if['checkpoint_interval_third'])} "
+        "(not counting the time to write more checkpoints)"
+    )
+    click.echo(f"  (rate: {faults['source']})")
+
+
 def _print_catalogue(as_json: bool) -> None:
     from dataclasses import asdict
 
@@ -377,6 +459,7 @@ def _print_comparison(rows: list[dict[str, Any]], plans: list[dict[str, Any]]) -
         marks = ", ".join(row["marks"])
         cost = "-" if row["cost"] is None else f"{row['cost']:,.0f} {row['currency']}"
         scaling = "-" if row["scaling_efficiency"] is None else f"{row['scaling_efficiency']:.0%}"
+        faulty = row["with_interruptions"]
         table_rows.append(
             [
                 row["target"],
@@ -388,15 +471,19 @@ def _print_comparison(rows: list[dict[str, Any]], plans: list[dict[str, Any]]) -
                 cost,
                 "-" if row["mfu"] is None else f"{row['mfu'] * 100:.1f}%",
                 scaling,
+                "-" if faulty["days"] is None else f"{faulty['days']:.2f}",
+                "-" if faulty["cost"] is None else f"{faulty['cost']:,.0f}",
                 marks,
             ]
         )
     headers = ["PARTITION", "GPU", "NODES", "BEST LAYOUT", "DAYS", "GPU-HOURS", "COST", "MFU"]
-    click.echo(table([*headers, "SCALING", ""], table_rows))
+    click.echo(table([*headers, "SCALING", "DAYS+FAULTS", "COST+FAULTS", ""], table_rows))
     click.echo()
     click.echo(
         "SCALING: speed per GPU against the fewest nodes of the same partition (100% = adding "
-        "nodes shortens the run in proportion; lower = more nodes stop paying)."
+        "nodes shortens the run in proportion; lower = more nodes stop paying). +FAULTS: with "
+        "the interruptions expected at that size (see a single plan's 'Interruptions' line); "
+        "the marks go by them."
     )
     for plan in plans:
         for note in plan["notes"]:
@@ -564,6 +651,8 @@ def _print_plan(data: dict[str, Any], request: Request) -> None:
     headers = ["#", "LAYOUT", "ZERO", "RECOMPUTE", "GB/GPU", "STEP", "DAYS", "GPU-HOURS"]
     cost_header = [] if price is None else [f"COST {price['currency']}"]
     click.echo(table([*headers, "CHUNKS", "MFU", *cost_header], rows))
+    if data["layouts"]:
+        _print_interruptions(data["layouts"][0], price)
     spares = data["inputs"]["spare_nodes"]
     if spares and data["layouts"]:
         best = data["layouts"][0]["training"]

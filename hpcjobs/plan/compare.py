@@ -1,7 +1,9 @@
 """One table over several plans: the best layout of each partition (or GPU) and node count.
 
-Each row is a plan's first layout that fits. Among the rows that fit, the fastest (fewest days)
-and the cheapest (lowest cost, where every fitting row has a price in one currency) are marked.
+Each row is a plan's first layout that fits, failure-free and with the interruptions expected at
+its size (:mod:`hpcjobs.plan.faults`). Among the rows that fit, the fastest (fewest days with
+interruptions) and the cheapest (lowest cost with them, where every fitting row has a price in
+one currency) are marked.
 The scaling efficiency of a row is its speed per GPU against the same partition's row with the
 fewest nodes: ``(days_0 x GPUs_0) / (days x GPUs)``. At 100 % more nodes shorten the run in
 proportion; below it each added GPU-hour buys less, and where it drops is where adding nodes
@@ -30,7 +32,7 @@ def compare_rows(plans: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["scaling_efficiency"] = (smallest["days"] * smallest["gpus"]) / (
             row["days"] * row["gpus"]
         )
-    fitting = [row for row in rows if row["days"] is not None]
+    fitting = [row for row in rows if row["with_interruptions"]["days"] is not None]
     _mark(fitting, "days", "fastest")
     currencies = {row["currency"] for row in fitting}
     if len(currencies) == 1 and None not in currencies:
@@ -39,12 +41,12 @@ def compare_rows(plans: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _mark(rows: list[dict[str, Any]], key: str, mark: str) -> None:
-    """Mark the rows with the least ``key`` (all of them on a tie)."""
+    """Mark the rows with the least ``key`` with interruptions (all of them on a tie)."""
     if not rows:
         return
-    least = min(row[key] for row in rows)
+    least = min(row["with_interruptions"][key] for row in rows)
     for row in rows:
-        if row[key] <= least * (1 + 1e-9):
+        if row["with_interruptions"][key] <= least * (1 + 1e-9):
             row["marks"].append(mark)
 
 
@@ -64,6 +66,7 @@ def _row(plan: dict[str, Any]) -> dict[str, Any]:
         "scaling_efficiency": None,
         "notes": list(plan["notes"]),
         "marks": [],
+        "with_interruptions": {"days": None, "cost": None, "expected": None},
     }
     fits = [item for item in plan["layouts"] if item["fits"]]
     if not fits:
@@ -79,6 +82,12 @@ def _row(plan: dict[str, Any]) -> dict[str, Any]:
     )
     if best["cost"] is not None:
         row.update(cost=best["cost"]["total"], currency=best["cost"]["currency"])
+    faults = best["interruptions"]
+    row["with_interruptions"] = {
+        "days": faults["days"],
+        "cost": faults["cost"],
+        "expected": faults["expected"],
+    }
     return row
 
 

@@ -422,6 +422,28 @@ def efficiency_from(
     return value
 
 
+def positive(value: float | None, flag: str) -> float | None:
+    """``value`` when it is a finite number above 0 (None passes through).
+
+    Raises:
+        BadInputError: It is not.
+    """
+    if value is not None and not (math.isfinite(value) and 0 < value < 1e9):
+        raise BadInputError(f"{flag} must be a number above 0 (got {value:g})")
+    return value
+
+
+def not_negative(value: float, flag: str) -> float:
+    """``value`` when it is a finite number of at least 0.
+
+    Raises:
+        BadInputError: It is not.
+    """
+    if not (math.isfinite(value) and 0 <= value < 1e9):
+        raise BadInputError(f"{flag} must be a number of at least 0 (got {value:g})")
+    return value
+
+
 def recompute_value(value: str | None) -> Recompute | None:
     """``--recompute`` as the planner's value."""
     if value is None:

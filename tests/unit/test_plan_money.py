@@ -167,3 +167,43 @@ def test_node_counts_and_targets_parse() -> None:
     assert [t.gpu for t in parse_targets(site, None, "a100,MI300X")] == ["A100", "MI300X"]
     with pytest.raises(BadInputError):
         parse_targets(site, "nope", None)
+
+
+def test_the_plan_counts_interruptions_and_what_spares_or_checkpoints_change() -> None:
+    from hpcjobs.plan.faults import REFERENCE_GPUS, REFERENCE_MTTF_H
+
+    data = plan_json(*LLAMA_SHAPE, "--nodes", "64", "--layout", "tp=8,pp=4,mb=1,sp=on",
+                     "--zero", "1", "--recompute", "selective")  # fmt: skip
+    item = data["layouts"][0]
+    faults, base_s = item["interruptions"], item["training"]["total_s"]
+    # One interruption per 7.9 h at 1,024 GPUs: per 15.8 h at 512.
+    assert faults["mttf_h"] == pytest.approx(REFERENCE_MTTF_H * REFERENCE_GPUS / 512)
+    assert "arXiv:2410.21680" in faults["source"]
+    # Each costs half the 30-min interval + 5-min restart + 10-min queue wait = 0.5 h.
+    assert faults["per_interruption_h"] == pytest.approx(0.25 + 5 / 60 + 10 / 60)
+    hours = base_s / 3600 / (1 - 0.5 / faults["mttf_h"])
+    assert faults["total_s"] == pytest.approx(hours * 3600)
+    assert faults["expected"] == pytest.approx(hours / faults["mttf_h"])
+    assert faults["cost"] == pytest.approx(hours * 512 * 2.5)
+    spare = faults["what_if"]["one_spare_node"]  # no queue wait, but 8 more GPUs held
+    assert spare["per_interruption_h"] == pytest.approx(0.25 + 5 / 60)
+    assert spare["days"] < faults["days"] and spare["gpu_hours"] == pytest.approx(
+        spare["total_s"] * 520 / 3600
+    )
+    shorter = faults["what_if"]["checkpoint_interval_third"]
+    assert shorter["per_interruption_h"] == pytest.approx(5 / 60 + 5 / 60 + 10 / 60)
+    text = plan(*LLAMA_SHAPE, "--nodes", "64", "--layout", "tp=8,pp=4,mb=1,sp=on").output
+    assert "Interruptions: one per 16 h at this size" in text and "with one spare node" in text
+
+
+def test_interruption_flags_are_checked_and_a_run_that_never_ends_is_said() -> None:
+    never = plan_json(*LLAMA_70B, "--nodes", "16", "--mttf", "0.2")
+    faults = never["layouts"][0]["interruptions"]
+    assert faults["days"] is None and faults["expected"] is None
+    assert "never ends" in plan(*LLAMA_70B, "--nodes", "16", "--mttf", "0.2").output
+    given = plan_json(*LLAMA_70B, "--nodes", "16", "--mttf", "100")
+    assert given["layouts"][0]["interruptions"]["source"] == "given (--mttf)"
+    for flag, value in (("--mttf", "0"), ("--checkpoint-minutes", "nan"),
+                        ("--restart-minutes", "-1"), ("--requeue-minutes", "inf")):  # fmt: skip
+        result = plan(*LLAMA_70B, "--nodes", "16", flag, value)
+        assert result.exit_code == 2 and flag in result.output, result.output

@@ -1,0 +1,147 @@
+"""What interruptions cost a planned run, and what spare nodes or shorter checkpoints would save.
+
+A run of ``G`` GPUs is interrupted on average once per ``MTTF`` hours. Unless told otherwise
+(``--mttf HOURS``), the plan takes Meta's measurement of its research clusters, one interruption
+per 7.9 hours at 1,024 GPUs (:data:`SOURCE`), scaled in inverse proportion to the GPUs: each GPU
+fails at the same rate, so twice the GPUs fail twice as often. (The same study measured 1.8 hours
+at 16,384 GPUs, 3.7 times better than that scaling: at large sizes the estimate errs on the
+pessimistic side.)
+
+Each interruption costs wall time: the work since the last checkpoint, on average half the
+checkpoint interval, and getting going again: restarting the program from the checkpoint
+(``restart``), plus, without spare nodes, waiting in the queue for the next allocation
+(``requeue``). With spare nodes the program runs again inside the job within seconds
+(docs/requeue.md, "Spare nodes"), so the queue wait is gone. While interrupted, the allocation is
+still paid for. The run's wall time ``T`` then solves ``T = T0 + (T / MTTF) x c``:
+``T = T0 / (1 - c / MTTF)``, with ``T0`` the failure-free time and ``c`` the cost of one
+interruption; when ``c >= MTTF`` the run never finishes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: The reference measurement, and where it comes from.
+REFERENCE_MTTF_H = 7.9
+REFERENCE_GPUS = 1024
+SOURCE = (
+    "Kokolis et al., 'Revisiting Reliability in Large-Scale Machine Learning Research "
+    "Clusters' (Meta, arXiv:2410.21680): mean time to failure 7.9 h at 1,024 GPUs, scaled in "
+    "inverse proportion to the GPUs"
+)
+#: Defaults of what one interruption costs; each is a flag of ``plan``.
+CHECKPOINT_MINUTES = 30.0
+RESTART_MINUTES = 5.0
+REQUEUE_MINUTES = 10.0
+
+
+@dataclass(frozen=True)
+class FaultModel:
+    """How often the run is interrupted and what each interruption costs, in hours."""
+
+    mttf_h: float
+    checkpoint_h: float
+    restart_h: float
+    requeue_h: float
+    source: str
+
+    def per_interruption_h(self, spares: bool) -> float:
+        """Wall hours one interruption costs: half a checkpoint interval of work, the restart,
+        and the queue unless spare nodes take over inside the job."""
+        return self.checkpoint_h / 2 + self.restart_h + (0.0 if spares else self.requeue_h)
+
+
+def fault_model(
+    gpus: int,
+    *,
+    mttf_h: float | None = None,
+    checkpoint_minutes: float = CHECKPOINT_MINUTES,
+    restart_minutes: float = RESTART_MINUTES,
+    requeue_minutes: float = REQUEUE_MINUTES,
+) -> FaultModel:
+    """The model for a run of ``gpus`` GPUs: ``mttf_h`` if given, else the reference scaled."""
+    if mttf_h is None:
+        mttf = REFERENCE_MTTF_H * REFERENCE_GPUS / gpus
+        source = SOURCE
+    else:
+        mttf, source = mttf_h, "given (--mttf)"
+    return FaultModel(
+        mttf, checkpoint_minutes / 60, restart_minutes / 60, requeue_minutes / 60, source
+    )
+
+
+def with_interruptions(total_s: float, model: FaultModel, *, spares: bool) -> dict[str, Any]:
+    """The run's expected interruptions and its wall time with them (None: it never ends)."""
+    base_h = total_s / 3600
+    cost_h = model.per_interruption_h(spares)
+    if cost_h >= model.mttf_h:
+        return {"expected": None, "per_interruption_h": cost_h, "total_s": None, "days": None}
+    hours = base_h / (1 - cost_h / model.mttf_h)
+    return {
+        "expected": hours / model.mttf_h,
+        "per_interruption_h": cost_h,
+        "total_s": hours * 3600,
+        "days": hours / 24,
+    }
+
+
+def interruption_data(
+    total_s: float,
+    gpus: int,
+    model: FaultModel,
+    *,
+    spare_nodes: int,
+    gpus_per_node: int,
+    gpu_hour_price: float | None,
+) -> dict[str, Any]:
+    """The plan's interruption figures (GPU-hours and cost count the spares' GPUs too): as
+    planned, and what one spare node (if none is planned) or a checkpoint interval of a third
+    would change."""
+    spares = spare_nodes > 0
+
+    def priced(figures: dict[str, Any], held_gpus: int) -> dict[str, Any]:
+        total = figures["total_s"]
+        hours = None if total is None else total * held_gpus / 3600
+        figures["gpu_hours"] = hours
+        figures["cost"] = (
+            None if hours is None or gpu_hour_price is None else hours * gpu_hour_price
+        )
+        return figures
+
+    held = gpus + spare_nodes * gpus_per_node
+    shorter = FaultModel(
+        model.mttf_h, model.checkpoint_h / 3, model.restart_h, model.requeue_h, model.source
+    )
+    what_if = {
+        "checkpoint_interval_third": priced(
+            with_interruptions(total_s, shorter, spares=spares), held
+        )
+    }
+    if not spares:
+        what_if["one_spare_node"] = priced(
+            with_interruptions(total_s, model, spares=True), gpus + gpus_per_node
+        )
+    return {
+        "mttf_h": model.mttf_h,
+        "source": model.source,
+        "checkpoint_interval_h": model.checkpoint_h,
+        "restart_h": model.restart_h,
+        "requeue_h": 0.0 if spares else model.requeue_h,
+        **priced(with_interruptions(total_s, model, spares=spares), held),
+        "what_if": what_if,
+    }
+
+
+__all__ = [
+    "CHECKPOINT_MINUTES",
+    "REFERENCE_GPUS",
+    "REFERENCE_MTTF_H",
+    "REQUEUE_MINUTES",
+    "RESTART_MINUTES",
+    "SOURCE",
+    "FaultModel",
+    "fault_model",
+    "interruption_data",
+    "with_interruptions",
+]
