@@ -90,6 +90,12 @@ if TYPE_CHECKING:
     "GPUs, scaled to the GPUs planned).",
 )
 @click.option(
+    "--history",
+    metavar="SINCE",
+    help="Measure the interruption rate and what each cost from your own chains since SINCE "
+    "(sacct syntax, e.g. now-30days; one sacct), instead of the default rate.",
+)
+@click.option(
     "--checkpoint-minutes",
     type=float,
     default=30.0,
@@ -163,7 +169,7 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
     )
     targets = inputs.parse_targets(site, opts["partitions_text"], opts["gpu_text"])
     if len(node_counts) > 1 or len(targets) > 1:
-        _compare(site, opts, targets, node_counts)
+        _compare(site, opts, targets, node_counts, _history(ctx, opts["history"]))
         return
     target = targets[0]
     data, request, chosen = _plan_one(
@@ -172,6 +178,7 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
         partition=target.partition or opts["partition"],
         gpu=target.gpu,
         nodes=node_counts[0],
+        history=_history(ctx, opts["history"]),
     )
     applied = None
     if opts["apply_path"] is not None:
@@ -205,13 +212,14 @@ def _plan_one(
     gpu: str | None,
     nodes: int | None,
     quiet: bool = False,
+    history: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], Request, Candidate]:
     """One plan: the model, the GPUs, the speed, the layouts; its JSON data, request and the
     layout shown first. ``quiet``: no layout fits is a row that says so (compare), not an error.
     """
     from hpcjobs.errors import BadInputError
     from hpcjobs.plan import inputs
-    from hpcjobs.plan.faults import fault_model, interruption_data
+    from hpcjobs.plan.faults import fault_model, interruption_data, measured_fault_model
     from hpcjobs.plan.report import candidate_data, cost_data, hardware_data, model_data
     from hpcjobs.plan.search import Fixed, Request, distinct, search
 
@@ -304,6 +312,14 @@ def _plan_one(
         restart_minutes=inputs.not_negative(opts["restart_minutes"], "--restart-minutes"),
         requeue_minutes=inputs.not_negative(opts["requeue_minutes"], "--requeue-minutes"),
     )
+    if history is not None:
+        if opts["mttf"] is not None:
+            raise BadInputError("give --mttf or --history, not both")
+        measured, what = measured_fault_model(history, res.gpus, since=opts["history"])
+        if measured is None:
+            notes.append(f"history: {what}: nothing to measure a rate from; the default is used")
+        else:
+            faults = measured
     layouts = []
     for cand in shown:
         item = candidate_data(request, cand)
@@ -339,8 +355,29 @@ def _plan_one(
     return data, request, shown[0]
 
 
+def _history(ctx: click.Context, since: str | None) -> list[dict[str, Any]] | None:
+    """``report --json``'s chains of this user since ``since`` (None: not asked for)."""
+    if since is None:
+        return None
+    import getpass
+
+    from hpcjobs.cli.common import slurm_access
+    from hpcjobs.cli.report import gather
+    from hpcjobs.safetext import require_safe
+
+    runner, client = slurm_access(ctx, None)
+    reports = gather(
+        runner, client, [], None, user=getpass.getuser(), since=require_safe(since, "--history")
+    )
+    return [report.to_dict() for report in reports]
+
+
 def _compare(
-    site: Any, opts: dict[str, Any], targets: list[Any], node_counts: list[int | None]
+    site: Any,
+    opts: dict[str, Any],
+    targets: list[Any],
+    node_counts: list[int | None],
+    history: list[dict[str, Any]] | None,
 ) -> None:
     """One row per (partition or GPU, node count): its best layout, days, GPU-hours, cost."""
     from hpcjobs.errors import BadInputError
@@ -365,7 +402,13 @@ def _compare(
     for target in targets:
         for nodes in node_counts:
             data, _, _ = _plan_one(
-                site, opts, partition=target.partition, gpu=target.gpu, nodes=nodes, quiet=True
+                site,
+                opts,
+                partition=target.partition,
+                gpu=target.gpu,
+                nodes=nodes,
+                quiet=True,
+                history=history,
             )
             plans.append(data)
     rows = compare_rows(plans)
@@ -389,12 +432,12 @@ def _print_interruptions(item: dict[str, Any], price: dict[str, Any] | None) -> 
             text += f", {figures['cost']:,.0f}{currency}"
         return text
 
-    requeue = f", {faults['requeue_h'] * 60:g}-min requeue" if faults["requeue_h"] else ""
+    requeue = f", queue wait {faults['requeue_h'] * 60:.3g}" if faults["requeue_h"] else ""
     click.echo(
-        f"Interruptions: one per {faults['mttf_h']:.2g} h at this size; each costs "
-        f"{faults['per_interruption_h'] * 60:.0f} min (half a "
-        f"{faults['checkpoint_interval_h'] * 60:g}-min checkpoint interval, "
-        f"{faults['restart_h'] * 60:g}-min restart{requeue})."
+        f"Interruptions: one per {faults['mttf_h']:.3g} h at this size; each costs "
+        f"{faults['per_interruption_h'] * 60:.3g} min (work redone "
+        f"{faults['checkpoint_interval_h'] * 30:.3g}: half the checkpoint interval, restart "
+        f"{faults['restart_h'] * 60:.3g}{requeue})."
     )
     expected = "-" if faults["expected"] is None else f"{faults['expected']:,.0f}"
     base = f"{training['days']:.2f} days"
@@ -406,8 +449,9 @@ def _print_interruptions(item: dict[str, Any], price: dict[str, Any] | None) -> 
         click.echo(f"  with one spare node (no queue wait): {outcome(what_if['one_spare_node'])}")
     shorter = faults["checkpoint_interval_h"] * 60 / 3
     click.echo(
-        f"  checkpointing every {shorter:g} min: {outcome(what_if['checkpoint_interval_third'])} "
-        "(not counting the time to write more checkpoints)"
+        f"  checkpointing every {shorter:.3g} min: "
+        f"{outcome(what_if['checkpoint_interval_third'])} (not counting the time to write more "
+        "checkpoints)"
     )
     click.echo(f"  (rate: {faults['source']})")
 

@@ -71,6 +71,56 @@ def fault_model(
     )
 
 
+#: Causes of a stop that count as an interruption in measured history: a time limit is
+#: planned for (the plan's chunks) and a cancel is the user's choice.
+NOT_INTERRUPTIONS = ("timeout", "cancelled")
+
+
+def measured_fault_model(
+    chains: list[dict[str, Any]], gpus: int, *, since: str
+) -> tuple[FaultModel | None, str]:
+    """A model from past chains (``report --json``'s chain objects), and what was measured.
+
+    The rate is the chains' interruptions over their allocated GPU-hours, so MTTF at ``gpus``
+    GPUs is ``GPU-hours / (interruptions x gpus)``; each interruption costs, on average, the
+    wall time between the stop and the next run's start (``requeue``), the next run's start-up
+    until its first step (``restart``) and the steps redone (half of ``checkpoint``). None when
+    the chains had no interruption: nothing to measure a rate from.
+    """
+    gpu_hours = sum(float(chain.get("allocated_gpu_hours") or 0.0) for chain in chains)
+    stops = [
+        stop
+        for chain in chains
+        for stop in chain.get("interruptions") or []
+        if stop.get("cause") not in NOT_INTERRUPTIONS
+    ]
+    count = len(stops)
+    what = (
+        f"{count} interruption(s) in {gpu_hours:,.1f} GPU-hours of {len(chains)} chain(s) "
+        f"since {since}"
+    )
+    if not count or gpu_hours <= 0:
+        return None, what
+    waited = sum(float(stop.get("resume_latency_s") or 0.0) for stop in stops)
+    redone = startup = 0.0
+    for chain in chains:
+        runs = chain.get("runs") or []
+        for number, run in enumerate(runs):
+            parts = run.get("parts_s") or {}
+            redone += float(parts.get("redone") or 0.0)
+            if number:  # the first run's start-up is not an interruption's
+                startup += float(parts.get("startup") or 0.0)
+    mttf = gpu_hours / (count * gpus)
+    model = FaultModel(
+        mttf_h=mttf,
+        checkpoint_h=2 * redone / count / 3600,
+        restart_h=startup / count / 3600,
+        requeue_h=waited / count / 3600,
+        source=f"measured: {what}",
+    )
+    return model, what
+
+
 def with_interruptions(total_s: float, model: FaultModel, *, spares: bool) -> dict[str, Any]:
     """The run's expected interruptions and its wall time with them (None: it never ends)."""
     base_h = total_s / 3600
@@ -135,6 +185,7 @@ def interruption_data(
 
 __all__ = [
     "CHECKPOINT_MINUTES",
+    "NOT_INTERRUPTIONS",
     "REFERENCE_GPUS",
     "REFERENCE_MTTF_H",
     "REQUEUE_MINUTES",
@@ -143,5 +194,6 @@ __all__ = [
     "FaultModel",
     "fault_model",
     "interruption_data",
+    "measured_fault_model",
     "with_interruptions",
 ]

@@ -425,3 +425,11 @@ def test_before_after_of_two_real_chains(site: Site) -> None:
     if KEEP_SCREENSHOT:
         keep = Path(KEEP_SCREENSHOT)
         shutil.copy(shot, keep.with_name(keep.stem + "-compare.png"))
+    # The plan measures its interruption rate from these chains (and the module's others).
+    proc = site.hpcjobs("--site", "sandbox", "plan", "--params", "1B", "--seq-len", "2048",
+                        "--tokens", "1B", "--global-batch", "48", "--nodes", "2",
+                        "--history", "now-1hours", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    faults = json.loads(proc.stdout)["layouts"][0]["interruptions"]
+    assert faults["source"].startswith("measured: "), faults
+    assert faults["requeue_h"] > 0 and faults["mttf_h"] > 0

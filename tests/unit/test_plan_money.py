@@ -193,7 +193,7 @@ def test_the_plan_counts_interruptions_and_what_spares_or_checkpoints_change() -
     shorter = faults["what_if"]["checkpoint_interval_third"]
     assert shorter["per_interruption_h"] == pytest.approx(5 / 60 + 5 / 60 + 10 / 60)
     text = plan(*LLAMA_SHAPE, "--nodes", "64", "--layout", "tp=8,pp=4,mb=1,sp=on").output
-    assert "Interruptions: one per 16 h at this size" in text and "with one spare node" in text
+    assert "Interruptions: one per 15.8 h at this size" in text and "with one spare node" in text
 
 
 def test_interruption_flags_are_checked_and_a_run_that_never_ends_is_said() -> None:
@@ -207,3 +207,40 @@ def test_interruption_flags_are_checked_and_a_run_that_never_ends_is_said() -> N
                         ("--restart-minutes", "-1"), ("--requeue-minutes", "inf")):  # fmt: skip
         result = plan(*LLAMA_70B, "--nodes", "16", flag, value)
         assert result.exit_code == 2 and flag in result.output, result.output
+
+
+def test_measured_history_gives_the_rate_and_the_cost_of_an_interruption() -> None:
+    from hpcjobs.plan.faults import measured_fault_model
+
+    chains = [
+        {  # 100 GPU-hours, preempted once: 300 s in the queue, 60 s start-up, 120 s redone
+            "allocated_gpu_hours": 100.0,
+            "interruptions": [{"cause": "preemption", "resume_latency_s": 300.0}],
+            "runs": [
+                {"index": 0, "parts_s": {"startup": 30.0, "redone": 0.0}},
+                {"index": 0, "parts_s": {"startup": 60.0, "redone": 120.0}},
+            ],
+        },
+        {  # 60 GPU-hours, a time limit (planned for: not counted) and a node failure
+            "allocated_gpu_hours": 60.0,
+            "interruptions": [
+                {"cause": "timeout", "resume_latency_s": 10.0},
+                {"cause": "node_failure", "resume_latency_s": 100.0},
+            ],
+            "runs": [
+                {"parts_s": {"startup": 20.0}},
+                {"parts_s": {"startup": 0.0}},
+                {"parts_s": {"startup": 40.0, "redone": 80.0}},
+            ],
+        },
+    ]
+    model, what = measured_fault_model(chains, 16, since="now-30days")
+    assert what == "2 interruption(s) in 160.0 GPU-hours of 2 chain(s) since now-30days"
+    assert model is not None and model.mttf_h == pytest.approx(160 / (2 * 16))
+    assert model.requeue_h == pytest.approx(400 / 2 / 3600)
+    assert model.restart_h == pytest.approx(100 / 2 / 3600)
+    assert model.checkpoint_h / 2 == pytest.approx(200 / 2 / 3600)
+    assert model.source.startswith("measured: 2 interruption(s)")
+    none, _ = measured_fault_model([{"allocated_gpu_hours": 5.0, "interruptions": []}], 8,
+                                   since="now-1days")  # fmt: skip
+    assert none is None
