@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hpcjobs.cli.options import Count
+from hpcjobs.plan.faults import CHECKPOINT_MINUTES, REQUEUE_MINUTES, RESTART_MINUTES
 
 if TYPE_CHECKING:
     from hpcjobs.plan.search import Candidate, Request
@@ -86,8 +87,8 @@ if TYPE_CHECKING:
     "--mttf",
     type=float,
     metavar="HOURS",
-    help="Mean hours between interruptions of the whole run (default: Meta's 7.9 h at 1,024 "
-    "GPUs, scaled to the GPUs planned).",
+    help="Mean hours between interruptions of the whole run, the same for every size compared "
+    "(default: a measured rate per GPU, scaled to the GPUs planned; docs/plan.md).",
 )
 @click.option(
     "--history",
@@ -98,23 +99,19 @@ if TYPE_CHECKING:
 @click.option(
     "--checkpoint-minutes",
     type=float,
-    default=30.0,
-    show_default=True,
-    help="Checkpoint interval: an interruption loses half of it on average.",
+    help=f"Checkpoint interval: an interruption loses half of it on average (default "
+    f"{CHECKPOINT_MINUTES:g}).",
 )
 @click.option(
     "--restart-minutes",
     type=float,
-    default=5.0,
-    show_default=True,
-    help="Time to restart from a checkpoint after an interruption.",
+    help=f"Time to restart from a checkpoint after an interruption (default {RESTART_MINUTES:g}).",
 )
 @click.option(
     "--requeue-minutes",
     type=float,
-    default=10.0,
-    show_default=True,
-    help="Queue wait for the next allocation after an interruption (none with spare nodes).",
+    help=f"Queue wait for the next allocation after an interruption, paid in days, not money; "
+    f"none with spare nodes (default {REQUEUE_MINUTES:g}).",
 )
 @click.option("--layout", "layout_text", metavar="tp=T,pp=P", help="Fix tp, pp (dp, mb, sp).")
 @click.option("--zero", type=Count(0, 3), help="Fix the ZeRO stage (0-3).")
@@ -153,7 +150,6 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
     fastest and the cheapest marked. A size beyond the partition is planned and said. See
     docs/plan.md.
     """
-    from hpcjobs.config.loader import load_site
     from hpcjobs.errors import BadInputError
     from hpcjobs.plan import inputs
 
@@ -163,13 +159,27 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
     for flag, key in (("--tokens", "tokens"), ("--global-batch", "global_batch")):
         if opts[key] is None:
             raise BadInputError(f"{flag} is required", hint="see 'hpcjobs plan --help'")
-    site = load_site((ctx.obj or {}).get("site"))
+    if (opts["partitions_text"] or opts["gpu_text"]) and (
+        opts["partition"] is not None or opts["gpu_type"] is not None
+    ):
+        raise BadInputError(
+            "give -p/--gpu-type (one partition) or --partitions/--gpu (a choice), not both",
+            hint="for several partitions: --partitions a,b",
+        )
+    if opts["history"] is not None and opts["mttf"] is not None:
+        raise BadInputError("give --mttf or --history, not both")
+    if opts["gpu_text"] and opts["apply_path"] is not None:
+        raise BadInputError(
+            "--apply writes a job for a partition of the site, not for a catalogue GPU",
+            hint="plan on the partition with -p NAME --apply job.yaml",
+        )
+    site = _site(ctx, opts)
     node_counts: list[int | None] = (
         [*inputs.parse_node_counts(opts["nodes_text"])] if opts["nodes_text"] else [None]
     )
     targets = inputs.parse_targets(site, opts["partitions_text"], opts["gpu_text"])
     if len(node_counts) > 1 or len(targets) > 1:
-        _compare(site, opts, targets, node_counts, _history(ctx, opts["history"]))
+        _compare(site, opts, targets, node_counts)
         return
     target = targets[0]
     data, request, chosen = _plan_one(
@@ -217,6 +227,8 @@ def _plan_one(
     """One plan: the model, the GPUs, the speed, the layouts; its JSON data, request and the
     layout shown first. ``quiet``: no layout fits is a row that says so (compare), not an error.
     """
+    from dataclasses import replace
+
     from hpcjobs.errors import BadInputError
     from hpcjobs.plan import inputs
     from hpcjobs.plan.faults import fault_model, interruption_data, measured_fault_model
@@ -268,6 +280,12 @@ def _plan_one(
         if from_run is not None:
             exc.message = f"--from-run {from_run['job_id']}: {exc.message}"
         raise
+    if achieved is not None:
+        notes.append(
+            "an achieved rate gives every layout with the same recomputation the same step "
+            "time: they are ranked by ZeRO stage, recomputation and memory (--mfu ranks them "
+            "by speed)"
+        )
     fixed = Fixed()
     if opts["layout_text"]:
         fixed = inputs.parse_layout(opts["layout_text"])
@@ -304,22 +322,33 @@ def _plan_one(
             "with --layout tp=T,pp=P --zero Z --recompute full",
         )
     shown = distinct(fitting, opts["top"]) if fitting else result.candidates[:1]
+    minutes = {
+        key: inputs.positive(opts[key], flag)
+        if key == "checkpoint_minutes"
+        else (None if opts[key] is None else inputs.not_negative(opts[key], flag))
+        for key, flag in (
+            ("checkpoint_minutes", "--checkpoint-minutes"),
+            ("restart_minutes", "--restart-minutes"),
+            ("requeue_minutes", "--requeue-minutes"),
+        )
+    }
     faults = fault_model(
         res.gpus,
         mttf_h=inputs.positive(opts["mttf"], "--mttf"),
-        checkpoint_minutes=inputs.positive(opts["checkpoint_minutes"], "--checkpoint-minutes")
-        or 0.0,
-        restart_minutes=inputs.not_negative(opts["restart_minutes"], "--restart-minutes"),
-        requeue_minutes=inputs.not_negative(opts["requeue_minutes"], "--requeue-minutes"),
+        **{key: value for key, value in minutes.items() if value is not None},
     )
     if history is not None:
-        if opts["mttf"] is not None:
-            raise BadInputError("give --mttf or --history, not both")
         measured, what = measured_fault_model(history, res.gpus, since=opts["history"])
         if measured is None:
             notes.append(f"history: {what}: nothing to measure a rate from; the default is used")
-        else:
-            faults = measured
+        else:  # what the user gives wins over what was measured
+            given = {k: v / 60 for k, v in minutes.items() if v is not None}
+            faults = replace(
+                measured,
+                checkpoint_h=given.get("checkpoint_minutes", measured.checkpoint_h),
+                restart_h=given.get("restart_minutes", measured.restart_h),
+                requeue_h=given.get("requeue_minutes", measured.requeue_h),
+            )
     layouts = []
     for cand in shown:
         item = candidate_data(request, cand)
@@ -335,7 +364,7 @@ def _plan_one(
         layouts.append(item)
     data = {
         "inputs": {
-            **_inputs_echo(opts, site.name, res.label, res.gpus, tokens),
+            **_inputs_echo(opts, site.name if site else None, res.label, res.gpus, tokens),
             "nodes": res.nodes,
             "gpu": gpu,
             "spare_nodes": spares,
@@ -353,6 +382,21 @@ def _plan_one(
         "layouts": layouts,
     }
     return data, request, shown[0]
+
+
+def _site(ctx: click.Context, opts: dict[str, Any]) -> Any:
+    """The site config; None when only catalogue GPUs are planned and no site is found (a
+    plan for GPUs one rents needs none)."""
+    from hpcjobs.config.loader import load_site
+    from hpcjobs.errors import ConfigError
+
+    named = (ctx.obj or {}).get("site")
+    if named is not None or not opts["gpu_text"] or opts["partitions_text"]:
+        return load_site(named)
+    try:
+        return load_site(None)
+    except ConfigError:
+        return None
 
 
 def _history(ctx: click.Context, since: str | None) -> list[dict[str, Any]] | None:
@@ -373,11 +417,7 @@ def _history(ctx: click.Context, since: str | None) -> list[dict[str, Any]] | No
 
 
 def _compare(
-    site: Any,
-    opts: dict[str, Any],
-    targets: list[Any],
-    node_counts: list[int | None],
-    history: list[dict[str, Any]] | None,
+    site: Any, opts: dict[str, Any], targets: list[Any], node_counts: list[int | None]
 ) -> None:
     """One row per (partition or GPU, node count): its best layout, days, GPU-hours, cost."""
     from hpcjobs.errors import BadInputError
@@ -390,21 +430,23 @@ def _compare(
         )
     if opts["from_run"] is not None:
         raise BadInputError("--from-run measured one partition's GPUs: compare with --mfu")
-    models = {t.gpu or t.partition for t in targets}
-    if opts["achieved_tflops"] is not None and len(models) > 1:
+    if opts["achieved_tflops"] is not None:
         raise BadInputError(
-            "an achieved rate belongs to one GPU: compare partitions or GPUs with --mfu",
-            hint="--mfu is the share of each GPU's own peak",
+            "an achieved rate was measured on one GPU model at one size: it cannot say how "
+            "another size or GPU would do",
+            hint="compare with --mfu (the share of each GPU's own peak), which models the "
+            "bubble and the all-reduce at each size",
         )
     if node_counts == [None] and opts["gpus"] is None:
         raise BadInputError("give the nodes to compare: -N 16,32,64 or -N 16-128")
+    history = _history(click.get_current_context(), opts["history"])
     plans = []
     for target in targets:
         for nodes in node_counts:
             data, _, _ = _plan_one(
                 site,
                 opts,
-                partition=target.partition,
+                partition=target.partition or opts["partition"],
                 gpu=target.gpu,
                 nodes=nodes,
                 quiet=True,
@@ -434,19 +476,28 @@ def _print_interruptions(item: dict[str, Any], price: dict[str, Any] | None) -> 
 
     requeue = f", queue wait {faults['requeue_h'] * 60:.3g}" if faults["requeue_h"] else ""
     click.echo(
-        f"Interruptions: one per {faults['mttf_h']:.3g} h at this size; each costs "
+        f"Interruptions: one per {faults['mttf_h']:,.1f} h at this size; each costs "
         f"{faults['per_interruption_h'] * 60:.3g} min (work redone "
         f"{faults['checkpoint_interval_h'] * 30:.3g}: half the checkpoint interval, restart "
         f"{faults['restart_h'] * 60:.3g}{requeue})."
     )
-    expected = "-" if faults["expected"] is None else f"{faults['expected']:,.0f}"
+    expected = (
+        "-"
+        if faults["expected"] is None
+        else f"{faults['expected']:,.1f}"
+        if faults["expected"] < 10
+        else f"{faults['expected']:,.0f}"
+    )
     base = f"{training['days']:.2f} days"
     if item["cost"] is not None:
         base += f", {item['cost']['total']:,.0f}{currency}"
     click.echo(f"  #1 with them: {expected} expected, {outcome(faults)} (without: {base})")
     what_if = faults["what_if"]
     if "one_spare_node" in what_if:
-        click.echo(f"  with one spare node (no queue wait): {outcome(what_if['one_spare_node'])}")
+        click.echo(
+            f"  with one spare node: {outcome(what_if['one_spare_node'])} (at best: as if every "
+            "interruption were recovered inside the job, without a queue wait)"
+        )
     shorter = faults["checkpoint_interval_h"] * 60 / 3
     click.echo(
         f"  checkpointing every {shorter:.3g} min: "
@@ -570,7 +621,7 @@ def _apply(
 
 
 def _inputs_echo(
-    opts: dict[str, Any], site: str, partition: str, gpus: int, tokens: int
+    opts: dict[str, Any], site: str | None, partition: str, gpus: int, tokens: int
 ) -> dict[str, Any]:
     keys = (
         "params",
@@ -690,7 +741,7 @@ def _print_plan(data: dict[str, Any], request: Request) -> None:
                 "-" if chunks is None else str(chunks),
                 f"{item['mfu'] * 100:.1f}%",
             ]
-            + ([] if price is None else [f"{item['cost']['run']:,.0f}"])
+            + ([] if price is None else [f"{item['cost']['total']:,.0f}"])
         )
     headers = ["#", "LAYOUT", "ZERO", "RECOMPUTE", "GB/GPU", "STEP", "DAYS", "GPU-HOURS"]
     cost_header = [] if price is None else [f"COST {price['currency']}"]

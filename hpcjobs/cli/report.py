@@ -208,14 +208,19 @@ def _rates(ctx: click.Context, host: str | None) -> dict[str, Rate]:
     site ``--host`` or this machine selects, if any; none without a site."""
     from hpcjobs.cli.common import site_for
     from hpcjobs.errors import ConfigError
+    from hpcjobs.remote.hostspec import parse_host_spec
     from hpcjobs.report.money import site_rates
 
+    named = (ctx.obj or {}).get("site") is not None
     try:
-        return site_rates(site_for(ctx, host))
+        site = site_for(ctx, host)
     except ConfigError:
-        if (ctx.obj or {}).get("site") is not None:
+        if named:
             raise
         return {}  # no site here: the report shows no money
+    if host and not named and parse_host_spec(host).host not in site.login_hosts:
+        return {}  # this machine's site, not the cluster behind --host: not its prices
+    return site_rates(site)
 
 
 def _write_page(path: Path, page: str) -> None:

@@ -11,8 +11,10 @@ Each interruption costs wall time: the work since the last checkpoint, on averag
 checkpoint interval, and getting going again: restarting the program from the checkpoint
 (``restart``), plus, without spare nodes, waiting in the queue for the next allocation
 (``requeue``). With spare nodes the program runs again inside the job within seconds
-(docs/requeue.md, "Spare nodes"), so the queue wait is gone. While interrupted, the allocation is
-still paid for. The run's wall time ``T`` then solves ``T = T0 + (T / MTTF) x c``:
+(docs/requeue.md, "Spare nodes"), so the queue wait is gone (at best: the spares cover the faults
+of nodes, not every cause). The redone work and the restart are paid for (the allocation is
+held); the queue wait costs days, not money (no GPU is held while the job waits). The run's
+wall time ``T`` then solves ``T = T0 + (T / MTTF) x c``:
 ``T = T0 / (1 - c / MTTF)``, with ``T0`` the failure-free time and ``c`` the cost of one
 interruption; when ``c >= MTTF`` the run never finishes.
 """
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from hpcjobs.runtime.supervisor import causes
 
 #: The reference measurement, and where it comes from.
 REFERENCE_MTTF_H = 7.9
@@ -73,7 +77,7 @@ def fault_model(
 
 #: Causes of a stop that count as an interruption in measured history: a time limit is
 #: planned for (the plan's chunks) and a cancel is the user's choice.
-NOT_INTERRUPTIONS = ("timeout", "cancelled")
+NOT_INTERRUPTIONS = (causes.TIMEOUT, causes.CANCELLED)
 
 
 def measured_fault_model(
@@ -105,10 +109,13 @@ def measured_fault_model(
     redone = startup = 0.0
     for chain in chains:
         runs = chain.get("runs") or []
-        for number, run in enumerate(runs):
-            parts = run.get("parts_s") or {}
-            redone += float(parts.get("redone") or 0.0)
-            if number:  # the first run's start-up is not an interruption's
+        for stop in chain.get("interruptions") or []:
+            if stop.get("cause") in NOT_INTERRUPTIONS:
+                continue
+            run = _resumed_run(runs, stop)  # the run after it: its start-up and steps redone
+            if run is not None:
+                parts = run.get("parts_s") or {}
+                redone += float(parts.get("redone") or 0.0)
                 startup += float(parts.get("startup") or 0.0)
     mttf = gpu_hours / (count * gpus)
     model = FaultModel(
@@ -119,6 +126,15 @@ def measured_fault_model(
         source=f"measured: {what}",
     )
     return model, what
+
+
+def _resumed_run(runs: list[dict[str, Any]], stop: dict[str, Any]) -> dict[str, Any] | None:
+    """The run that began when ``stop`` resumed: of its job, the one starting nearest then."""
+    at = stop.get("resumed_at")
+    mine = [r for r in runs if r.get("job_id") == stop.get("resumed_job_id")]
+    if at is None or not mine:
+        return None
+    return min(mine, key=lambda r: abs(float(r.get("start") or 0.0) - float(at)))
 
 
 def with_interruptions(total_s: float, model: FaultModel, *, spares: bool) -> dict[str, Any]:
@@ -150,27 +166,32 @@ def interruption_data(
     would change."""
     spares = spare_nodes > 0
 
-    def priced(figures: dict[str, Any], held_gpus: int) -> dict[str, Any]:
+    def priced(figures: dict[str, Any], held_gpus: int, waiting_h: float) -> dict[str, Any]:
+        """GPU-hours and cost: the allocation's time, without the queue waits (no GPU is
+        held, nothing is billed while a requeued job waits)."""
         total = figures["total_s"]
-        hours = None if total is None else total * held_gpus / 3600
+        if total is None:
+            figures.update(gpu_hours=None, cost=None)
+            return figures
+        held_s = total - figures["expected"] * waiting_h * 3600
+        hours = held_s * held_gpus / 3600
         figures["gpu_hours"] = hours
-        figures["cost"] = (
-            None if hours is None or gpu_hour_price is None else hours * gpu_hour_price
-        )
+        figures["cost"] = None if gpu_hour_price is None else hours * gpu_hour_price
         return figures
 
     held = gpus + spare_nodes * gpus_per_node
     shorter = FaultModel(
         model.mttf_h, model.checkpoint_h / 3, model.restart_h, model.requeue_h, model.source
     )
+    waiting = 0.0 if spares else model.requeue_h
     what_if = {
         "checkpoint_interval_third": priced(
-            with_interruptions(total_s, shorter, spares=spares), held
+            with_interruptions(total_s, shorter, spares=spares), held, waiting
         )
     }
-    if not spares:
+    if not spares:  # at best: every interruption recovered inside the job
         what_if["one_spare_node"] = priced(
-            with_interruptions(total_s, model, spares=True), gpus + gpus_per_node
+            with_interruptions(total_s, model, spares=True), gpus + gpus_per_node, 0.0
         )
     return {
         "mttf_h": model.mttf_h,
@@ -178,7 +199,7 @@ def interruption_data(
         "checkpoint_interval_h": model.checkpoint_h,
         "restart_h": model.restart_h,
         "requeue_h": 0.0 if spares else model.requeue_h,
-        **priced(with_interruptions(total_s, model, spares=spares), held),
+        **priced(with_interruptions(total_s, model, spares=spares), held, waiting),
         "what_if": what_if,
     }
 

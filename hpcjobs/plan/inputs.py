@@ -184,7 +184,7 @@ class Resources:
 
 
 def resolve_resources(
-    site: SiteConfig,
+    site: SiteConfig | None,
     *,
     partition: str | None,
     gpu_type: str | None,
@@ -208,6 +208,8 @@ def resolve_resources(
                 "the site), not both"
             )
         return _catalogue_resources(catalogue_gpu(gpu), gpus=gpus, nodes=nodes, precision=precision)
+    if site is None:
+        raise BadInputError("no site config to plan a partition of", hint="give --site NAME")
     part = _pick_partition(site, partition, gpu_type)
     facts = site.gpu_facts_for(part)
     if facts is None or part.gpus_per_node < 1:
@@ -269,6 +271,10 @@ def _catalogue_resources(
     return Resources(None, hardware, gpus, node_count, f"{entry.key} (catalogue)")
 
 
+#: The most GPUs a plan is made for: ten times the largest training runs published.
+MAX_GPUS = 10**6
+
+
 def _gpu_count(
     gpus: int | None, nodes: int | None, per_node: int, *, where: str
 ) -> tuple[int, int]:
@@ -280,6 +286,11 @@ def _gpu_count(
     if nodes is not None:
         gpus = nodes * per_node
     assert gpus is not None
+    if gpus > MAX_GPUS:
+        raise BadInputError(
+            f"{gpus:,} GPUs is more than hpcjobs plans for ({MAX_GPUS:,})",
+            hint="plan for fewer nodes or GPUs",
+        )
     if gpus > per_node and gpus % per_node:
         raise BadInputError(
             f"--gpus {gpus} is not a whole number of {per_node}-GPU nodes",
@@ -342,7 +353,9 @@ def parse_node_counts(text: str) -> list[int]:
     return counts
 
 
-def parse_targets(site: SiteConfig, partitions: str | None, gpus: str | None) -> list[Target]:
+def parse_targets(
+    site: SiteConfig | None, partitions: str | None, gpus: str | None
+) -> list[Target]:
     """What to plan on: ``--partitions a,b`` (``all``: every partition with GPU facts),
     ``--gpu H100,A100`` (catalogue GPUs), both, or neither (one target: ``-p`` or the default).
 
@@ -350,7 +363,9 @@ def parse_targets(site: SiteConfig, partitions: str | None, gpus: str | None) ->
         BadInputError: An unknown partition or GPU, or too many.
     """
     targets: list[Target] = []
-    if partitions:
+    if partitions and site is None:
+        raise BadInputError("no site config to take --partitions from", hint="give --site NAME")
+    if partitions and site is not None:
         if partitions.strip() == "all":
             names = [p.name for p in site.partitions if site.gpu_facts_for(p) is not None]
             if not names:

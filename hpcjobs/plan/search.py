@@ -97,8 +97,9 @@ class Result:
         return [c for c in self.candidates if c.fits]
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def _divisors(n: int, limit: int) -> list[int]:
+    """The divisors of ``n`` up to ``limit`` (a layer count or an NVLink domain: small)."""
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
 def _pick(value: int | None, options: list[int]) -> list[int]:
@@ -168,11 +169,11 @@ def layouts(request: Request) -> list[Layout]:
     fixed, hw, shape, n = request.fixed, request.hardware, request.model.shape, request.gpus
     domain = max(1, min(hw.nvlink_domain, hw.gpus_per_node or 1))
     result = []
-    tps = [t for t in _divisors(n) if t <= domain and shape.heads % t == 0]
+    tps = [t for t in _divisors(n, domain) if shape.heads % t == 0]
     for tp in _pick(fixed.tp, tps):
         if n % tp:
             continue
-        pps = [p for p in _divisors(n // tp) if p <= shape.layers and shape.layers % p == 0]
+        pps = [p for p in _divisors(n // tp, shape.layers) if shape.layers % p == 0]
         for pp in _pick(fixed.pp, pps):
             if (n // tp) % pp:
                 continue

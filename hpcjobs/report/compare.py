@@ -14,6 +14,7 @@ from typing import Any
 
 from hpcjobs.report.build import ChainReport
 from hpcjobs.report.goodput import BADPUT_PARTS, LABELS
+from hpcjobs.report.money import money_digits
 
 _TUNING = re.compile(r"^export ((?:NCCL|UCX|GLOO)_\w+)=(.*?)(?:\s+#\s*(.*))?$")
 _SPEC_KEYS = (
@@ -36,8 +37,10 @@ def compare_reports(
     ca, cb = a.cost(), b.cost()
     if ca is not None and cb is not None and ca["currency"] == cb["currency"]:
         currency = ca["currency"]
-        rows.append(_row(f"cost allocated ({currency})", ca["allocated"], cb["allocated"], 2))
-        rows.append(_row(f"cost of badput ({currency})", ca["badput"], cb["badput"], 2))
+        digits = money_digits(ca["allocated"], cb["allocated"])
+        rows.append(_row(f"cost allocated ({currency})", ca["allocated"], cb["allocated"], digits))
+        digits = money_digits(ca["badput"], cb["badput"])
+        rows.append(_row(f"cost of badput ({currency})", ca["badput"], cb["badput"], digits))
     rows += [
         _row(f"badput: {LABELS[p]} (%)", _pct(a.share(p)), _pct(b.share(p)), 1)
         for p in BADPUT_PARTS

@@ -12,6 +12,7 @@ from typing import Any
 
 from hpcjobs.report.build import ChainReport
 from hpcjobs.report.goodput import LABELS, PARTS, assign_reports
+from hpcjobs.report.money import format_money
 
 #: One colour per part of the breakdown (goodput green, badput warm to grey).
 COLOURS = {
@@ -75,9 +76,9 @@ def chain_section(report: ChainReport) -> str:
     cost = report.cost()
     if cost is not None:
         currency = escape(cost["currency"])
-        text = f"cost: {cost['allocated']:,.2f} {currency} allocated"
+        text = f"cost: {format_money(cost['allocated'])} {currency} allocated"
         if cost["badput"] is not None:
-            text += f", of which badput {cost['badput']:,.2f} {currency}"
+            text += f", of which badput {format_money(cost['badput'])} {currency}"
         parts.append(f'<p class="cost">{text} (at the partitions\' prices)</p>')
     if report.has_progress:
         parts.append(_breakdown(report))

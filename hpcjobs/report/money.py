@@ -40,6 +40,17 @@ def site_rates(site: SiteConfig) -> dict[str, Rate]:
     }
 
 
+def format_money(amount: float) -> str:
+    """Cents, and four decimals below one unit (a short test run costs fractions of a cent)."""
+    return f"{amount:,.2f}" if abs(amount) >= 1 or amount == 0 else f"{amount:.4f}"
+
+
+def money_digits(*amounts: float | None) -> int:
+    """Decimals :func:`format_money` would give the largest of ``amounts``."""
+    known = [abs(a) for a in amounts if a is not None]
+    return 2 if not known or max(known) >= 1 else 4
+
+
 def chain_cost(
     runs: Sequence[RunReport], rates: Mapping[str, Rate], has_progress: bool
 ) -> tuple[dict[str, Any] | None, str | None]:
@@ -52,9 +63,16 @@ def chain_cost(
     for run in runs:
         rate = rates.get(run.partition)
         per_second = _per_second(run, rate)
-        if rate is None or per_second is None:
+        if rate is None:
             where = f"partition {run.partition!r}" if run.partition else "an unknown partition"
             return None, f"no cost: run {run.job_id} ran on {where}, which has no price"
+        if per_second is None:
+            unit = "GPU-hour" if rate.gpu_hour is not None else "node-hour"
+            what = "GPUs" if rate.gpu_hour is not None else "nodes"
+            return None, (
+                f"no cost: partition {run.partition!r} is priced per {unit}, and accounting "
+                f"gives run {run.job_id} no {what}"
+            )
         currencies.add(rate.currency)
         allocated += run.elapsed_s * per_second
         if run.parts is not None:
@@ -82,4 +100,4 @@ def _per_second(run: RunReport, rate: Rate | None) -> float | None:
     return None if rate.node_hour is None else run.nodes * rate.node_hour / 3600
 
 
-__all__ = ["Rate", "chain_cost", "site_rates"]
+__all__ = ["Rate", "chain_cost", "format_money", "money_digits", "site_rates"]

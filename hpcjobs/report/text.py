@@ -6,6 +6,7 @@ from datetime import datetime
 
 from hpcjobs.report.build import ChainReport
 from hpcjobs.report.goodput import BADPUT_PARTS, LABELS
+from hpcjobs.report.money import format_money
 
 
 def report_text(report: ChainReport) -> str:
@@ -26,10 +27,10 @@ def report_text(report: ChainReport) -> str:
     )
     cost = report.cost()
     if cost is not None:
-        text = f"Cost: {_money(cost['allocated'])} {cost['currency']} allocated"
+        text = f"Cost: {format_money(cost['allocated'])} {cost['currency']} allocated"
         if cost["badput"] is not None:
             text += (
-                f", of which badput {_money(cost['badput'])} {cost['currency']} "
+                f", of which badput {format_money(cost['badput'])} {cost['currency']} "
                 f"(at the partitions' prices)"
             )
         lines.append(text)
@@ -43,7 +44,7 @@ def report_text(report: ChainReport) -> str:
         headers = ["PART", "SHARE", f"{report.unit.upper()}-TIME"]
         if parts is not None and cost is not None:
             for row, part in zip(rows, ("goodput", *BADPUT_PARTS), strict=True):
-                row.append(_money(parts[part]))
+                row.append(format_money(parts[part]))
             headers.append(f"COST {cost['currency']}")
         lines.append(table(headers, rows))
     gaps = ", ".join(_dur(g) for g in report.gaps_s) or "none"
@@ -105,11 +106,6 @@ def report_text(report: ChainReport) -> str:
     for note in [*report.notes, *([cost_note] if cost_note else [])]:
         lines.append(f"Note: {note}")
     return "\n".join(lines)
-
-
-def _money(amount: float) -> str:
-    """Cents, and four decimals below one unit (a short test run costs fractions of a cent)."""
-    return f"{amount:,.2f}" if abs(amount) >= 1 or amount == 0 else f"{amount:.4f}"
 
 
 def _pct(value: float | None) -> str:

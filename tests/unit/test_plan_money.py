@@ -4,6 +4,7 @@ partition, prices and the comparison table."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -149,7 +150,14 @@ def test_a_node_range_shows_where_more_nodes_stop_paying() -> None:
 
 def test_comparisons_refuse_what_does_not_compare() -> None:
     rate = plan(*LLAMA_70B, "--nodes", "16", "--gpu", "H100,A100", "--achieved-tflops", "300")
-    assert rate.exit_code == 2 and "an achieved rate belongs to one GPU" in rate.output
+    assert rate.exit_code == 2 and "an achieved rate was measured on one GPU" in rate.output
+    sizes = plan(*LLAMA_70B, "--nodes", "16,32", "--achieved-tflops", "300")
+    assert sizes.exit_code == 2 and "at one size" in sizes.output
+    both = plan(*LLAMA_70B, "--nodes", "16,32", "-p", "debug", "--partitions", "batch")
+    assert both.exit_code == 2 and "not both" in both.output
+    catalogue = plan(*LLAMA_70B, "--nodes", "16", "--gpu", "H100", "--apply", "job.yaml")
+    assert catalogue.exit_code == 2 and "not for a catalogue GPU" in catalogue.output
+    assert plan(*LLAMA_70B, "--nodes", "1e8").exit_code == 2  # refused, not searched
     apply = plan(*LLAMA_70B, "--nodes", "16,32", "--apply", "job.yaml")
     assert apply.exit_code == 2 and "--apply writes one layout" in apply.output
 
@@ -184,7 +192,10 @@ def test_the_plan_counts_interruptions_and_what_spares_or_checkpoints_change() -
     hours = base_s / 3600 / (1 - 0.5 / faults["mttf_h"])
     assert faults["total_s"] == pytest.approx(hours * 3600)
     assert faults["expected"] == pytest.approx(hours / faults["mttf_h"])
-    assert faults["cost"] == pytest.approx(hours * 512 * 2.5)
+    # The queue waits cost days, not money: no GPU is held while the job waits.
+    billed = hours - faults["expected"] * 10 / 60
+    assert faults["gpu_hours"] == pytest.approx(billed * 512)
+    assert faults["cost"] == pytest.approx(billed * 512 * 2.5)
     spare = faults["what_if"]["one_spare_node"]  # no queue wait, but 8 more GPUs held
     assert spare["per_interruption_h"] == pytest.approx(0.25 + 5 / 60)
     assert spare["days"] < faults["days"] and spare["gpu_hours"] == pytest.approx(
@@ -215,22 +226,39 @@ def test_measured_history_gives_the_rate_and_the_cost_of_an_interruption() -> No
     chains = [
         {  # 100 GPU-hours, preempted once: 300 s in the queue, 60 s start-up, 120 s redone
             "allocated_gpu_hours": 100.0,
-            "interruptions": [{"cause": "preemption", "resume_latency_s": 300.0}],
+            "interruptions": [
+                {
+                    "cause": "preemption",
+                    "resume_latency_s": 300.0,
+                    "resumed_job_id": "12",
+                    "resumed_at": 1300.0,
+                }
+            ],
             "runs": [
-                {"index": 0, "parts_s": {"startup": 30.0, "redone": 0.0}},
-                {"index": 0, "parts_s": {"startup": 60.0, "redone": 120.0}},
+                {"job_id": "10", "start": 0.0, "parts_s": {"startup": 30.0, "redone": 0.0}},
+                {"job_id": "12", "start": 1301.0, "parts_s": {"startup": 60.0, "redone": 120.0}},
             ],
         },
         {  # 60 GPU-hours, a time limit (planned for: not counted) and a node failure
             "allocated_gpu_hours": 60.0,
             "interruptions": [
-                {"cause": "timeout", "resume_latency_s": 10.0},
-                {"cause": "node_failure", "resume_latency_s": 100.0},
+                {
+                    "cause": "timeout",
+                    "resume_latency_s": 10.0,
+                    "resumed_job_id": "21",
+                    "resumed_at": 500.0,
+                },
+                {
+                    "cause": "node_failure",
+                    "resume_latency_s": 100.0,
+                    "resumed_job_id": "22",
+                    "resumed_at": 900.0,
+                },
             ],
-            "runs": [
-                {"parts_s": {"startup": 20.0}},
-                {"parts_s": {"startup": 0.0}},
-                {"parts_s": {"startup": 40.0, "redone": 80.0}},
+            "runs": [  # the run after the time limit is not an interruption's
+                {"job_id": "20", "start": 0.0, "parts_s": {"startup": 20.0}},
+                {"job_id": "21", "start": 500.0, "parts_s": {"startup": 70.0, "redone": 9.0}},
+                {"job_id": "22", "start": 901.0, "parts_s": {"startup": 40.0, "redone": 80.0}},
             ],
         },
     ]
@@ -244,3 +272,12 @@ def test_measured_history_gives_the_rate_and_the_cost_of_an_interruption() -> No
     none, _ = measured_fault_model([{"allocated_gpu_hours": 5.0, "interruptions": []}], 8,
                                    since="now-1days")  # fmt: skip
     assert none is None
+
+
+def test_a_catalogue_plan_needs_no_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # no user file: no site here
+    result = CliRunner().invoke(cli, ["plan", *LLAMA_70B, "--gpu", "H100", "--nodes", "16"])
+    assert result.exit_code == 0, result.output
+    assert "figures from the built-in catalogue" in result.output
+    result = CliRunner().invoke(cli, ["plan", *LLAMA_70B, "--nodes", "16"])
+    assert result.exit_code == 2  # a partition needs a site
