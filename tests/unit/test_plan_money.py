@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from hpcjobs.cli import cli
 from hpcjobs.config.loader import load_site
@@ -16,23 +15,11 @@ from hpcjobs.errors import BadInputError
 from hpcjobs.plan.catalogue import CATALOGUE, catalogue_gpu
 from hpcjobs.plan.inputs import parse_node_counts, parse_targets
 from hpcjobs.plan.timing import end_to_end_seconds
+from tests.unit.test_plan_cli import LLAMA_70B as LLAMA_SHAPE_70B
+from tests.unit.test_plan_cli import plan, plan_json
 
 LLAMA_70B = ["--params", "70B", "--seq-len", "4096", "--tokens", "2T", "--global-batch", "1024"]
-LLAMA_SHAPE = [
-    "--layers", "80", "--hidden", "8192", "--heads", "64", "--vocab", "32000",
-    "--seq-len", "4096", "--tokens", "2T", "--global-batch", "1024",
-]  # fmt: skip
-
-
-def plan(*args: str, site: str = "dgx-h100-ib") -> Result:
-    return CliRunner().invoke(cli, ["--site", site, "plan", *args])
-
-
-def plan_json(*args: str, site: str = "dgx-h100-ib") -> dict[str, Any]:
-    result = plan(*args, "--json", site=site)
-    assert result.exit_code == 0, result.output
-    data: dict[str, Any] = json.loads(result.stdout)
-    return data
+LLAMA_SHAPE = LLAMA_SHAPE_70B  # the worked example's shape (docs/plan.md)
 
 
 def test_the_command_reproduces_megatron_lms_34_days_for_gpt3() -> None:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-
 import pytest
 
 from hpcjobs.config.loader import load_site
@@ -12,16 +9,9 @@ from hpcjobs.report.build import ChainReport, chain_report
 from hpcjobs.report.goodput import BADPUT_PARTS, PARTS
 from hpcjobs.report.money import Rate, site_rates
 from hpcjobs.report.text import report_text
-from tests.unit.test_report import recorded
+from tests.unit.test_report import _utc, recorded
 
-
-@pytest.fixture(autouse=True)
-def _utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+__all__ = ["_utc"]  # the recorded times are UTC: the same autouse fixture
 
 
 def report(rates: dict[str, Rate]) -> ChainReport:
