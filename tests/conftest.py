@@ -104,7 +104,7 @@ NO_TORCH_RELEASES = ("trixie", "sid")
 #: Live tests that need a browser (Debian's chromium, which scripts/bootstrap.sh installs on the
 #: machine). The other release's Debian root has none; what they check does not depend on the
 #: Slurm release, so there they are deselected, loudly, and run on the machine's own release.
-BROWSER_TESTS = ("test_html_page_renders_in_chromium",)
+BROWSER_TESTS = ("test_html_page_renders_in_chromium", "test_before_after_of_two_real_chains")
 #: Live tests that start sandboxes of their own (128 nodes): what they check is the sandbox and
 #: the machine, not the Slurm release, so they run on the machine's own release only.
 OWN_RELEASE_TESTS = ("tests/scale/",)
