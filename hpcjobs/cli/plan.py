@@ -322,15 +322,10 @@ def _plan_one(
             "with --layout tp=T,pp=P --zero Z --recompute full",
         )
     shown = distinct(fitting, opts["top"]) if fitting else result.candidates[:1]
-    minutes = {
-        key: inputs.positive(opts[key], flag)
-        if key == "checkpoint_minutes"
-        else (None if opts[key] is None else inputs.not_negative(opts[key], flag))
-        for key, flag in (
-            ("checkpoint_minutes", "--checkpoint-minutes"),
-            ("restart_minutes", "--restart-minutes"),
-            ("requeue_minutes", "--requeue-minutes"),
-        )
+    minutes = {  # the flags given (None: the model's default, or what --history measured)
+        "checkpoint_minutes": inputs.positive(opts["checkpoint_minutes"], "--checkpoint-minutes"),
+        "restart_minutes": inputs.not_negative(opts["restart_minutes"], "--restart-minutes"),
+        "requeue_minutes": inputs.not_negative(opts["requeue_minutes"], "--requeue-minutes"),
     }
     faults = fault_model(
         res.gpus,

@@ -231,13 +231,15 @@ class Price(_Model):
     def unit(self) -> Literal["gpu_hour", "node_hour"]:
         return "gpu_hour" if self.gpu_hour is not None else "node_hour"
 
-    def per_gpu_hour(self, gpus_per_node: int) -> float | None:
-        """The price of one GPU-hour (a node-hour over its GPUs); None without GPUs."""
-        if self.gpu_hour is not None:
-            return self.gpu_hour
-        return (
-            None if gpus_per_node < 1 or self.node_hour is None else self.node_hour / gpus_per_node
-        )
+    def per_gpu_hour(self, gpus_per_node: int, amount: float | None = None) -> float | None:
+        """``amount`` (default: the price) per GPU-hour: a node-hour rate over the node's
+        GPUs; None without GPUs."""
+        rate = self.gpu_hour if self.gpu_hour is not None else self.node_hour
+        if amount is not None:
+            rate = amount
+        if self.unit == "gpu_hour" or rate is None:
+            return rate
+        return None if gpus_per_node < 1 else rate / gpus_per_node
 
 
 class Partition(_Model):

@@ -448,13 +448,13 @@ def positive(value: float | None, flag: str) -> float | None:
     return value
 
 
-def not_negative(value: float, flag: str) -> float:
-    """``value`` when it is a finite number of at least 0.
+def not_negative(value: float | None, flag: str) -> float | None:
+    """``value`` when it is a finite number of at least 0 (None passes through).
 
     Raises:
         BadInputError: It is not.
     """
-    if not (math.isfinite(value) and 0 <= value < 1e9):
+    if value is not None and not (math.isfinite(value) and 0 <= value < 1e9):
         raise BadInputError(f"{flag} must be a number of at least 0 (got {value:g})")
     return value
 

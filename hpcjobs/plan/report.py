@@ -67,10 +67,12 @@ def cost_data(res: Resources, cand: Candidate) -> dict[str, Any] | None:
         return None
     run = cand.cost.gpu_hours * price
     spares = cand.cost.spare_gpu_hours * price
+    per_node = res.hardware.gpus_per_node
     others = {
-        name: rate if res.price.unit == "gpu_hour" else rate / res.hardware.gpus_per_node
+        name: converted
         for name in ("reserved", "on_demand")
         if (rate := getattr(res.price, name)) is not None
+        and (converted := res.price.per_gpu_hour(per_node, rate)) is not None
     }
     return {
         "currency": res.price.currency,

@@ -204,14 +204,18 @@ class ChainReport:
             return None
         return sum(run.parts.redone_steps for run in self.runs if run.parts)
 
+    def pricing(self) -> tuple[dict[str, Any] | None, str | None]:
+        """``(cost, note)``: the allocation's cost and each part's at the partitions' prices,
+        or None and why not (no note when no prices were asked for)."""
+        return chain_cost(self.runs, self.rates, self.has_progress) if self.rates else (None, None)
+
     def cost(self) -> dict[str, Any] | None:
-        """The allocation's cost and each part's, at the partitions' prices (None: no price
-        for some run, or none asked for)."""
-        return chain_cost(self.runs, self.rates, self.has_progress)[0] if self.rates else None
+        """The cost of :meth:`pricing`."""
+        return self.pricing()[0]
 
     def cost_note(self) -> str | None:
-        """Why there is no cost although prices were given."""
-        return chain_cost(self.runs, self.rates, self.has_progress)[1] if self.rates else None
+        """Why there is no cost although prices were given (:meth:`pricing`)."""
+        return self.pricing()[1]
 
     @property
     def not_running_s(self) -> float:
@@ -263,6 +267,7 @@ class ChainReport:
 
     def to_dict(self) -> dict[str, Any]:
         shares = {part: self.share(part) for part in PARTS}
+        cost, cost_note = self.pricing()
         return {
             "root": self.root,
             "name": self.name,
@@ -286,8 +291,8 @@ class ChainReport:
             "step_time": self.step_stats(),
             "interruptions": self.interruptions,
             "gpu": None if self.gpu is None else self.gpu.to_dict(),
-            "cost": self.cost(),
-            "notes": self.notes + ([note] if (note := self.cost_note()) else []),
+            "cost": cost,
+            "notes": self.notes + ([cost_note] if cost_note else []),
         }
 
 

@@ -73,7 +73,7 @@ def chain_section(report: ChainReport) -> str:
         + (f"; result: {escape(report.result)}" if report.result else "")
         + "</p>"
     )
-    cost = report.cost()
+    cost, cost_note = report.pricing()
     if cost is not None:
         currency = escape(cost["currency"])
         text = f"cost: {format_money(cost['allocated'])} {currency} allocated"
@@ -84,7 +84,6 @@ def chain_section(report: ChainReport) -> str:
         parts.append(_breakdown(report))
     parts.append(_timeline(report))
     parts.append(_runs_table(report))
-    cost_note = report.cost_note()
     for note in [*report.notes, *([cost_note] if cost_note else [])]:
         parts.append(f'<p class="note">Note: {escape(note)}</p>')
     parts.append("</section>")

@@ -25,7 +25,7 @@ def report_text(report: ChainReport) -> str:
         f"{report.allocated_cpu_hours:.3f} CPU-hours, {_dur(report.allocated_s)} "
         f"{report.unit}-time"
     )
-    cost = report.cost()
+    cost, cost_note = report.pricing()
     if cost is not None:
         text = f"Cost: {format_money(cost['allocated'])} {cost['currency']} allocated"
         if cost["badput"] is not None:
@@ -102,7 +102,6 @@ def report_text(report: ChainReport) -> str:
             for g in report.gpu.gpus
         ]
         lines.append(table(["HOST", "GPU", "MEAN UTIL", "MAX MEM", "TOTAL MEM", ""], gpu_rows))
-    cost_note = report.cost_note()
     for note in [*report.notes, *([cost_note] if cost_note else [])]:
         lines.append(f"Note: {note}")
     return "\n".join(lines)
