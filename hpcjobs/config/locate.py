@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +137,8 @@ def host_names(hostname: str | None = None) -> list[str]:
     """The names this machine is known by: ``hostname`` if given, else short name and FQDN."""
     if hostname is not None:
         return [hostname]
+    import socket  # here: a command given --site never asks
+
     names = [socket.gethostname()]
     try:
         fqdn = socket.getfqdn()

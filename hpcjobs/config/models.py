@@ -6,8 +6,6 @@ models check types and ranges of each value; checks across values (references, o
 :mod:`hpcjobs.config.semantics` so that all problems can be reported together.
 """
 
-from __future__ import annotations
-
 import re
 from typing import Annotated, Literal
 
@@ -165,6 +163,11 @@ Currency = Annotated[
 
 
 class _Model(BaseModel):
+    # Every model is built on each start of the CLI, so two things that make building slow are
+    # left out: this module has no ``from __future__ import annotations`` (pydantic would
+    # evaluate each annotation from its text), and defaults are values, not ``default_factory``
+    # (pydantic inspects each factory's signature, a builtin's through its tokenizer). pydantic
+    # copies a mutable default for each instance.
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
@@ -222,7 +225,7 @@ class Price(_Model):
     on_demand: Amount | None = None
 
     @model_validator(mode="after")
-    def _one_unit(self) -> Price:
+    def _one_unit(self) -> "Price":
         if (self.gpu_hour is None) == (self.node_hour is None):
             raise ValueError("give one of gpu_hour and node_hour (the price per hour)")
         return self
@@ -267,7 +270,7 @@ class Partition(_Model):
     launcher: Launcher = "srun"
     topology: Name | None = None
     nccl_profile: Name | None = None
-    env: EnvMap = Field(default_factory=dict)
+    env: EnvMap = {}
     gpu: GpuFacts | None = None
     #: What an hour here costs; absent: no costs are shown for this partition.
     price: Price | None = None
@@ -289,7 +292,7 @@ class NumaDomain(_Model):
     id: NonNegativeInt
     cpus: CpuList
     memory_node: NonNegativeInt | None = None
-    gpus: list[GpuIndex] = Field(default_factory=list)
+    gpus: list[GpuIndex] = []
 
     @property
     def cpu_ids(self) -> list[int]:
@@ -310,7 +313,7 @@ class Nic(_Model):
     port: PositiveInt = 1
     gid_index: NonNegativeInt | None = None
     numa: NonNegativeInt | None = None
-    gpus: list[GpuIndex] = Field(default_factory=list)
+    gpus: list[GpuIndex] = []
     nccl: bool = True
     ifname: IfName | None = None
 
@@ -325,7 +328,7 @@ class Topology(_Model):
 
     bootstrap_interface: IfName
     numa: Annotated[list[NumaDomain], Field(min_length=1)]
-    nics: list[Nic] = Field(default_factory=list)
+    nics: list[Nic] = []
     gpu: GpuFacts | None = None
 
     @property
@@ -387,7 +390,7 @@ class NcclProfile(_Model):
 
     description: SafeStr = ""
     debug: bool = False
-    env: EnvMap = Field(default_factory=dict)
+    env: EnvMap = {}
 
 
 class Container(_Model):
@@ -395,15 +398,15 @@ class Container(_Model):
 
     runtime: Literal["none", "pyxis", "enroot", "apptainer"] = "none"
     image: NotOption | None = None
-    mounts: list[NotOption] = Field(default_factory=list)
+    mounts: list[NotOption] = []
 
 
 class Setup(_Model):
     """Shell setup rendered into every job script before the launch."""
 
-    modules: list[NotOption] = Field(default_factory=list)
-    lines: list[SafeStr] = Field(default_factory=list)
-    container: Container = Field(default_factory=Container)
+    modules: list[NotOption] = []
+    lines: list[SafeStr] = []
+    container: Container = Container()
     #: The Python (3.8 or newer) that runs the job's supervisor on the compute nodes.
     python: Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_command)] = (
         "python3"
@@ -426,14 +429,14 @@ class Requeue(_Model):
 
     signal: Annotated[str, AfterValidator(no_control), AfterValidator(signal_name)] = "USR2"
     lead_time: PositiveInt = 300
-    max_requeues: MaxRequeues = Field(default_factory=MaxRequeues)
+    max_requeues: MaxRequeues = MaxRequeues()
 
 
 class Faults(_Model):
     """Failures without a warning: crash signatures, stalls, suspect nodes (docs/requeue.md)."""
 
     #: Extra infrastructure signatures (grep -E patterns), after hpcjobs' own.
-    signatures: list[InfraPattern] = Field(default_factory=list)
+    signatures: list[InfraPattern] = []
     #: Seconds a rank may go without advancing its progress report; 0 turns detection off.
     stall_timeout: NonNegativeInt = 1800
     #: Seconds a stalled run gets, after the warning signal, to checkpoint before it is killed.
@@ -456,18 +459,18 @@ class SiteConfig(_Model):
 
     name: Name
     description: SafeStr = ""
-    hostnames: list[Regex] = Field(default_factory=list)
-    login_hosts: list[NotOption] = Field(default_factory=list)
-    host_keys: list[SafeStr] = Field(default_factory=list)
-    slurm: SlurmDefaults = Field(default_factory=SlurmDefaults)
-    defaults: Defaults = Field(default_factory=Defaults)
+    hostnames: list[Regex] = []
+    login_hosts: list[NotOption] = []
+    host_keys: list[SafeStr] = []
+    slurm: SlurmDefaults = SlurmDefaults()
+    defaults: Defaults = Defaults()
     partitions: Annotated[list[Partition], Field(min_length=1)]
-    topologies: dict[Name, Topology] = Field(default_factory=dict)
-    nccl_profiles: dict[Name, NcclProfile] = Field(default_factory=dict)
-    setup: Setup = Field(default_factory=Setup)
-    requeue: Requeue = Field(default_factory=Requeue)
-    monitoring: Monitoring = Field(default_factory=Monitoring)
-    faults: Faults = Field(default_factory=Faults)
+    topologies: dict[Name, Topology] = {}
+    nccl_profiles: dict[Name, NcclProfile] = {}
+    setup: Setup = Setup()
+    requeue: Requeue = Requeue()
+    monitoring: Monitoring = Monitoring()
+    faults: Faults = Faults()
 
     @property
     def partition_names(self) -> list[str]:

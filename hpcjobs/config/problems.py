@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -21,6 +20,8 @@ def dotted(path: Sequence[str | int]) -> str:
 
 def suggest(word: str, choices: Iterable[str]) -> str:
     """A ``" (did you mean 'x'?)"`` suffix for the closest choice, or an empty string."""
+    import difflib  # here: only a mistake needs it
+
     close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

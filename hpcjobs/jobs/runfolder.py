@@ -37,13 +37,15 @@ import posixpath
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from hpcjobs.errors import BadInputError, CommandError, HpcJobsError
-from hpcjobs.runner import Result, Runner
 from hpcjobs.runtime.checkpoint import DONE, ENV_FINGERPRINT, ENV_RUN_FILE, RUN_FILE
+
+if TYPE_CHECKING:  # a render needs no runner: it only fingerprints the run
+    from hpcjobs.runner import Result, Runner
 
 RUN_FORMAT = 1
 _JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
@@ -312,7 +314,7 @@ def _make_folder(runner: Runner, path: str) -> None:
 def _move(runner: Runner, source: str, target: str) -> None:
     moved = _run(runner, source, ["mv", "-n", "-T", "--", source, target])
     if moved.ok and _ok(runner, source, ["test", "-e", source]):
-        moved = Result(moved.argv, 1, moved.stdout, f"{target} exists already")
+        moved = replace(moved, returncode=1, stderr=f"{target} exists already")
     if not moved.ok:
         raise BadInputError(
             f"cannot set {source} aside as {target}: {_first_line(moved.stderr)}",

@@ -2,17 +2,17 @@
 
 ``hpcjobs submit`` writes it next to the job's output, at :func:`supervisor_path`, and the
 batch script runs it with the site's ``python3``: nothing of hpcjobs has to be installed on the
-compute nodes. Its name holds a hash of its content, so a job that is still running keeps the
-supervisor it was submitted with when a newer hpcjobs submits another job into the same folder.
-The archive is the same bytes for the same sources (fixed time stamps, sorted entries).
+compute nodes. Its name holds a hash of what it is made of (each entry's name and bytes), so a
+job that is still running keeps the supervisor it was submitted with when a newer hpcjobs submits
+another job into the same folder. The archive is the same bytes for the same sources (fixed time
+stamps, sorted entries); naming it does not build it, which a render that only prints the script
+would pay for on every start.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import io
-import zipfile
 from pathlib import Path
 
 from hpcjobs.jobs.records import FileStore, LocalFiles
@@ -27,20 +27,28 @@ _STAMP = (1980, 1, 1, 0, 0, 0)
 
 
 @functools.cache
-def supervisor_app() -> bytes:
-    """The zipapp's bytes."""
+def _entries() -> tuple[tuple[str, bytes], ...]:
+    """The archive's entries, in order: its ``__main__.py``, then the package's modules."""
     import hpcjobs.runtime.supervisor as package
 
     source = Path(package.__file__).parent
+    modules = [
+        (f"{PACKAGE}/{path.name}", path.read_bytes())
+        for path in sorted(source.glob("*.py"))
+        if path.name != "__main__.py"
+    ]
+    return (("__main__.py", _MAIN.encode()), *modules)
+
+
+@functools.cache
+def supervisor_app() -> bytes:
+    """The zipapp's bytes."""
+    import io
+    import zipfile
+
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        entries = [("__main__.py", _MAIN.encode())]
-        entries += [
-            (f"{PACKAGE}/{path.name}", path.read_bytes())
-            for path in sorted(source.glob("*.py"))
-            if path.name != "__main__.py"
-        ]
-        for name, data in entries:
+        for name, data in _entries():
             info = zipfile.ZipInfo(name, _STAMP)
             info.external_attr = 0o600 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
@@ -49,8 +57,14 @@ def supervisor_app() -> bytes:
 
 
 def supervisor_name() -> str:
-    """The zipapp's file name: ``supervisor-<first 16 hex digits of its SHA-256>.pyz``."""
-    return f"supervisor-{hashlib.sha256(supervisor_app()).hexdigest()[:16]}.pyz"
+    """The zipapp's file name: ``supervisor-<first 16 hex digits of a SHA-256>.pyz``, over each
+    entry's name and bytes (length-prefixed, so that no two sets of entries hash alike)."""
+    digest = hashlib.sha256()
+    for name, data in _entries():
+        for part in (name.encode(), data):
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+    return f"supervisor-{digest.hexdigest()[:16]}.pyz"
 
 
 def supervisor_path(output_dir: str | Path) -> Path:

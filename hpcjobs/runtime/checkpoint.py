@@ -29,7 +29,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -146,7 +145,7 @@ class CheckpointDir:
         if step < 0:
             raise BadInputError(f"checkpoint step must be >= 0 (got {step})")
         _make_private_dir(self.root)
-        token = f"{socket.gethostname()}-{os.getpid()}-{time.monotonic_ns()}"
+        token = f"{os.uname().nodename}-{os.getpid()}-{time.monotonic_ns()}"
         tmp = self.root / f"step-{step:09d}.tmp-{token}"
         tmp.mkdir(mode=PRIVATE_DIR)
         began = time.time()

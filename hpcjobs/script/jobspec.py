@@ -10,8 +10,6 @@ accepted anywhere; quotes, ``$( )``, spaces and non-ASCII text are fine, because
 quotes every value. Numbers, signal and variable names follow the same module's rules.
 """
 
-from __future__ import annotations
-
 import logging
 import os
 import re
@@ -197,6 +195,7 @@ Flag = Annotated[bool, BeforeValidator(_strict_bool, json_schema_input_type=bool
 
 
 class _Model(BaseModel):
+    # Built on each start, like the site config's models: see hpcjobs.config.models._Model.
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -204,7 +203,7 @@ class ContainerSpec(_Model):
     """The container image a job runs in, and what to mount into it."""
 
     image: Program
-    mounts: list[Mount] = Field(default_factory=list)
+    mounts: list[Mount] = []
     workdir: Annotated[SafeStr, Field(min_length=1)] | None = None
 
 
@@ -217,9 +216,7 @@ class RequeuePolicy(_Model):
     enabled: Flag = True
     signal: SignalName | None = None
     lead_time: Annotated[int, _count(1, MAX_SIGNAL_LEAD)] | None = None
-    max_requeues: dict[Annotated[str, AfterValidator(_cause)], Annotated[int, _count(0)]] = Field(
-        default_factory=dict
-    )
+    max_requeues: dict[Annotated[str, AfterValidator(_cause)], Annotated[int, _count(0)]] = {}
     max_total: Annotated[int, _count(0)] | None = None
 
 
@@ -248,17 +245,17 @@ class JobSpec(_Model):
         list[Text],
         BeforeValidator(_command, json_schema_input_type=str | list[str]),
         AfterValidator(_program),
-    ] = Field(default_factory=list)
-    env: dict[EnvName, Text] = Field(default_factory=dict)
+    ] = []
+    env: dict[EnvName, Text] = {}
     container: ContainerSpec | None = None
     array: Annotated[str, AfterValidator(_array)] | None = None
     dependency: Annotated[str, AfterValidator(_dependency)] | None = None
     checkpoint_dir: Annotated[SafeStr, Field(min_length=1)] | None = None
-    requeue: RequeuePolicy = Field(default_factory=RequeuePolicy)
+    requeue: RequeuePolicy = RequeuePolicy()
     output_dir: Annotated[SafeStr, Field(min_length=1)] | None = None
     chdir: Annotated[SafeStr, Field(min_length=1)] | None = None
     template: Word = "job"
-    sbatch_options: list[SafeStr] = Field(default_factory=list)
+    sbatch_options: list[SafeStr] = []
     nccl_debug: Flag = False
     bind: Flag = True
     gpu_monitor: Flag = True

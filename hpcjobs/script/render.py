@@ -46,8 +46,6 @@ from hpcjobs.script.tuning import EnvVar, is_tuning_var, tuning_env
 #: quotes, backslashes or ``#`` (which sbatch's directive parser would interpret).
 _DIRECTIVE_SAFE = re.compile(r"--[a-z][a-z-]*(=[A-Za-z0-9._:@%/+,=-]+)?")
 
-#: First port of the range MASTER_PORT is derived from (``base + job_id % span``).
-
 
 @dataclass(frozen=True)
 class RenderedJob:
