@@ -15,6 +15,8 @@ times the first.
 
 Every command runs with bytecode written and read (``PYTHONDONTWRITEBYTECODE`` is dropped), as an
 installed package runs: a checkout run under that variable compiles every module on every start.
+The commands take turns (one run of each per round), so that a busy moment of the machine falls on
+all of them alike instead of on whichever was being measured then.
 """
 
 from __future__ import annotations
@@ -36,14 +38,19 @@ FLOOR_MODEL = "floor, and pydantic builds one model"
 RATIO_GOAL = 1.5
 
 
-def measure(argv: list[str], runs: int) -> list[float]:
-    times = []
+def run_once(argv: list[str]) -> float:
+    """Milliseconds from start to exit of one run of ``argv``."""
+    start = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=ENV)
+    return (time.perf_counter() - start) * 1000
+
+
+def measure(cases: dict[str, list[str]], runs: int) -> dict[str, list[float]]:
+    """``runs`` rounds, each running every case once, in turn."""
+    times: dict[str, list[float]] = {label: [] for label in cases}
     for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=ENV
-        )
-        times.append((time.perf_counter() - start) * 1000)
+        for label, argv in cases.items():
+            times[label].append(run_once(argv))
     return times
 
 
@@ -53,7 +60,8 @@ def main() -> None:
     args = parser.parse_args()
     hpcjobs = [sys.executable, "-m", "hpcjobs"]
     render = [*hpcjobs, "--site", "dgx-h100-ib", "render", "-N", "16", "--", "python", "train.py"]
-    measure(render, 3)  # warm the page cache and write the bytecode
+    for _ in range(3):  # warm the page cache and write the bytecode
+        run_once(render)
     cases = {
         "python -c pass": [sys.executable, "-c", "pass"],
         "floor: import click": [sys.executable, "-c", "import click"],
@@ -71,8 +79,7 @@ def main() -> None:
     print(f"{'command':<46} {'median ms':>10} {'min ms':>8} {'x bare':>7} {'goal':>6}")
     bare = None
     medians: dict[str, float] = {}
-    for label, argv in cases.items():
-        t = measure(argv, args.runs)
+    for label, t in measure(cases, args.runs).items():
         median = medians[label] = statistics.median(t)
         bare = bare or median
         goal = GOALS.get(label)

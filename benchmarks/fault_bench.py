@@ -59,7 +59,7 @@ from requeue_bench import (
 sys.path.insert(0, str(ROOT))
 
 from hpcjobs.jobs.chain import Chain, chain_file, read_chain
-from hpcjobs.report.progress import read_progress
+from hpcjobs.report.progressfiles import read_progress
 from hpcjobs.runner import LocalRunner
 from tests.live.test_faults import NCCL_IB_ERROR, node_processes
 

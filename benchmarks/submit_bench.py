@@ -32,7 +32,7 @@ from hpcjobs.errors import SlurmError
 from hpcjobs.jobs.submission import submit_rendered
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.slurm.client import SlurmClient
-from hpcjobs.slurm.jobs import query_status
+from hpcjobs.slurm.statusquery import query_status
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Old import paths of modules that moved (under :mod:`hpcjobs.runtime` in 0.1.0; Slurm's time
-syntax to :mod:`hpcjobs.slurm.slurmtime`). Each still works, with a
-:class:`DeprecationWarning`, until the next release removes it."""
+syntax to :mod:`hpcjobs.slurm.slurmtime`; the executor's job objects to
+:mod:`hpcjobs.submitit.hpcjob`, so that one module only is called ``jobs``). Each still works,
+with a :class:`DeprecationWarning`, until the next release removes it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ MOVED = {
     "hpcjobs.distributed": "hpcjobs.runtime.distributed",
     "hpcjobs.resumable": "hpcjobs.runtime.resumable",
     "hpcjobs.stopflag": "hpcjobs.runtime.stopflag",
+    "hpcjobs.submitit.jobs": "hpcjobs.submitit.hpcjob",
 }
 
 

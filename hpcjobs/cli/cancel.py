@@ -45,7 +45,7 @@ def cancel(
     from hpcjobs.errors import BadInputError
     from hpcjobs.slurm.classify import UnknownJobError
     from hpcjobs.slurm.client import check_job_ids
-    from hpcjobs.slurm.jobs import query_status
+    from hpcjobs.slurm.statusquery import query_status
 
     ids = check_job_ids(job_ids)
     if signal is not None:
@@ -152,7 +152,7 @@ def _waiting(ref: ChainRef) -> list[str]:
 
 def _pending(client: SlurmClient, job_ids: list[str]) -> dict[str, int]:
     """Which of ``job_ids`` are pending (one squeue), with their restart counts."""
-    from hpcjobs.slurm.jobs import row_matches
+    from hpcjobs.slurm.statusquery import row_matches
 
     found: dict[str, int] = {}
     if not job_ids:

@@ -190,7 +190,7 @@ def _alive_check(
     """A function telling whether to keep following: the job, or a continuation of it, runs."""
     from hpcjobs.jobs.chain import load_chain
     from hpcjobs.jobs.follow import Follower
-    from hpcjobs.slurm.jobs import query_status
+    from hpcjobs.slurm.statusquery import query_status
 
     followed = {"job": job_id, "follower": Follower()}
 

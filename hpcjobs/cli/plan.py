@@ -231,8 +231,8 @@ def _plan_one(
 
     from hpcjobs.errors import BadInputError
     from hpcjobs.plan import inputs
+    from hpcjobs.plan.export import candidate_data, cost_data, hardware_data, model_data
     from hpcjobs.plan.faults import fault_model, interruption_data, measured_fault_model
-    from hpcjobs.plan.report import candidate_data, cost_data, hardware_data, model_data
     from hpcjobs.plan.search import Fixed, Request, distinct, search
 
     model = inputs.resolve_model(

@@ -17,7 +17,7 @@ from hpcjobs.texttable import table
 
 if TYPE_CHECKING:
     from hpcjobs.jobs.chain import ChainRef
-    from hpcjobs.slurm.jobs import JobStatus
+    from hpcjobs.slurm.statusquery import JobStatus
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -52,7 +52,7 @@ def status(
     """
     from hpcjobs.jobs.follow import Follower, PollSchedule
     from hpcjobs.slurm.client import check_job_ids
-    from hpcjobs.slurm.jobs import query_status
+    from hpcjobs.slurm.statusquery import query_status
 
     ids = check_job_ids(job_ids)
     runner, client = slurm_access(ctx, host)
@@ -87,8 +87,8 @@ def status(
 
 
 def _show(report: object, as_json: bool, chains: Mapping[str, ChainRef]) -> None:
-    from hpcjobs.slurm.jobs import StatusReport
     from hpcjobs.slurm.parse import format_duration
+    from hpcjobs.slurm.statusquery import StatusReport
 
     assert isinstance(report, StatusReport)
     if as_json:
@@ -133,7 +133,7 @@ def chain_fields(job: JobStatus, chains: Mapping[str, ChainRef]) -> dict[str, An
     of the jobs before this one, this job's restarts, and its own run unless it is pending).
     All three are None for a job that is not part of such a chain.
     """
-    from hpcjobs.slurm.jobs import row_matches
+    from hpcjobs.slurm.statusquery import row_matches
 
     ref = next((r for current, r in chains.items() if row_matches(current, job.job_id, "")), None)
     if ref is None:
@@ -147,7 +147,7 @@ def chain_fields(job: JobStatus, chains: Mapping[str, ChainRef]) -> dict[str, An
 def _exit_for_unknown(ctx: click.Context, report: object) -> None:
     from hpcjobs.cli import report_error
     from hpcjobs.slurm.classify import UnknownJobError
-    from hpcjobs.slurm.jobs import StatusReport
+    from hpcjobs.slurm.statusquery import StatusReport
 
     assert isinstance(report, StatusReport)
     if not report.unknown:

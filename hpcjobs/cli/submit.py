@@ -21,8 +21,8 @@ from hpcjobs.config.launchers import LAUNCHERS, launcher_help
 from hpcjobs.errors import BadInputError, HpcJobsError
 
 if TYPE_CHECKING:
+    from hpcjobs.jobs.checkpointclaim import Reuse
     from hpcjobs.jobs.records import FileStore
-    from hpcjobs.jobs.runfolder import Reuse
     from hpcjobs.runner import Runner
 
 _SETTINGS: dict[str, Any] = {"allow_interspersed_args": False}

@@ -1,7 +1,7 @@
 """Follow jobs to their end (``--wait``, ``status --watch``) and follow their logs (``logs -f``).
 
 Polling is gentle on the controller: every refresh is one batched query for all the jobs (see
-:func:`hpcjobs.slurm.jobs.query_status`); the first checks come after 1 and 2 s so that quick
+:func:`hpcjobs.slurm.statusquery.query_status`); the first checks come after 1 and 2 s so that quick
 failures show up at once, then the interval never drops below :attr:`PollSchedule.minimum`
 and grows while nothing changes, up to :attr:`PollSchedule.maximum`.
 
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 from hpcjobs.errors import HpcJobsError
 from hpcjobs.runner import LocalRunner, Runner
 from hpcjobs.slurm.classify import UnknownJobError
-from hpcjobs.slurm.jobs import JobStatus, query_status
 from hpcjobs.slurm.states import MAY_REQUEUE, exit_code_for, is_terminal
+from hpcjobs.slurm.statusquery import JobStatus, query_status
 
 if TYPE_CHECKING:
     from hpcjobs.slurm.client import SlurmClient

@@ -1,6 +1,6 @@
 """Submitting a run: the one use case behind ``hpcjobs submit`` and the Python executor.
 
-1. claim the run's checkpoint folder (:mod:`hpcjobs.jobs.runfolder`): a folder of another run
+1. claim the run's checkpoint folder (:mod:`hpcjobs.jobs.checkpointclaim`): a folder of another run
    stops the submission, unless ``reuse`` says what to do with it;
 2. write the script and the record, and submit (:func:`hpcjobs.jobs.submission.submit_rendered`);
 3. add the job ids to the folder's RUN file, so that a later submission can tell whether the
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from hpcjobs.errors import HpcJobsError
+from hpcjobs.jobs.checkpointclaim import Prepared, Reuse, note_submitted, prepare_run_folder
 from hpcjobs.jobs.records import FileStore, LocalFiles
-from hpcjobs.jobs.runfolder import Prepared, Reuse, note_submitted, prepare_run_folder
 from hpcjobs.jobs.submission import RenderedJobLike, SubmitResult, submit_rendered
 from hpcjobs.runner import Runner
 from hpcjobs.slurm.client import SlurmClient
@@ -56,8 +56,8 @@ def claim_folder(
 
     def queued(job_ids: list[str]) -> bool | None:
         from hpcjobs.slurm.backend import make_client
-        from hpcjobs.slurm.jobs import query_status
         from hpcjobs.slurm.states import is_terminal
+        from hpcjobs.slurm.statusquery import query_status
 
         try:
             report = query_status(client or make_client(runner), job_ids)

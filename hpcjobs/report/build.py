@@ -512,7 +512,7 @@ def collect(
     reports and telemetry are read from each chain's output folder.
     """
     from hpcjobs.report.gpu import read_gpu_samples
-    from hpcjobs.report.progress import read_progress
+    from hpcjobs.report.progressfiles import read_progress
 
     if usage is None:
         ids: list[str] = []

@@ -54,7 +54,8 @@ ENV_GPU_INTERVAL = "HPCJOBS_GPU_MONITOR_INTERVAL"
 #: The ``nvidia-smi --query-gpu`` fields the job's sampler asks for, in this order.
 ENV_GPU_QUERY = "HPCJOBS_GPU_QUERY"
 GPU_QUERY = "timestamp,index,uuid,utilization.gpu,memory.used,memory.total"
-#: The file in a checkpoint folder that names the run owning it (see :mod:`hpcjobs.jobs.runfolder`).
+#: The file in a checkpoint folder that names the training owning it
+#: (see :mod:`hpcjobs.jobs.checkpointclaim`).
 RUN_FILE = "RUN"
 #: What the batch script exports: this job's run fingerprint, and the RUN file it must match.
 ENV_FINGERPRINT = "HPCJOBS_RUN_FINGERPRINT"

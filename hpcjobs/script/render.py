@@ -16,7 +16,7 @@ from typing import Any
 
 from hpcjobs.config.models import Partition, SiteConfig, Topology
 from hpcjobs.errors import BadInputError
-from hpcjobs.jobs.runfolder import (
+from hpcjobs.jobs.checkpointclaim import (
     ENV_FINGERPRINT,
     ENV_RUN_FILE,
     RUN_FILE,
@@ -27,6 +27,7 @@ from hpcjobs.jobs.supervisorapp import supervisor_path
 from hpcjobs.runtime.checkpoint import ENV_GPU_INTERVAL, ENV_GPU_QUERY, GPU_QUERY
 from hpcjobs.runtime.distributed import PORT_BASE, PORT_SPAN
 from hpcjobs.runtime.supervisor.cli import ENV_PYTHON
+from hpcjobs.runtime.supervisor.names import ENV_OUTPUT_DIR, LEGACY_ENV_OUTPUT_DIR
 from hpcjobs.script.binding import BindingPlan, plan_binding
 from hpcjobs.script.jobspec import JobSpec, Where, resolve_spec
 from hpcjobs.script.sbatchopts import check_sbatch_options, is_first_submission_only
@@ -53,8 +54,9 @@ class RenderedJob:
 
     ``sbatch_args`` holds options only: run ``sbatch [--parsable] *sbatch_args SCRIPT``.
     ``blocks`` maps each block (and ``main``) to the template file that served it.
-    ``identity`` is what makes this run the same run (:func:`hpcjobs.jobs.runfolder.run_identity`);
-    its fingerprint is in the script, and the checkpoint folder's RUN file must match it.
+    ``identity`` is what makes this training the same training
+    (:func:`hpcjobs.jobs.checkpointclaim.run_identity`); its fingerprint is in the script, and
+    the checkpoint folder's RUN file must match it.
     """
 
     script: str
@@ -251,7 +253,8 @@ def _context(
         EnvVar(k, v, "job") for k, v in job.env.items() if not (is_tuning_var(k) or k in tuned)
     ]
     hpcjobs_env = [
-        EnvVar("HPCJOBS_RUN_DIR", job.output_dir or "", "hpcjobs"),
+        EnvVar(ENV_OUTPUT_DIR, job.output_dir or "", "hpcjobs"),
+        EnvVar(LEGACY_ENV_OUTPUT_DIR, job.output_dir or "", "hpcjobs"),
         EnvVar("HPCJOBS_CHECKPOINT_DIR", job.checkpoint_dir or "", "hpcjobs"),
         EnvVar("HPCJOBS_SIGNAL", job.requeue.signal or "", "hpcjobs"),
         EnvVar(ENV_GPU_INTERVAL, str(_gpu_interval(job, site)), "hpcjobs"),

@@ -6,7 +6,7 @@
 * :mod:`~hpcjobs.slurm.client`: :class:`SlurmClient`, one method per Slurm command.
 * :mod:`~hpcjobs.slurm.backend`: CLI tools by default, pyslurm when it matches.
 * :mod:`~hpcjobs.slurm.arrays`: array specs, split to fit ``MaxArraySize``.
-* :mod:`~hpcjobs.slurm.jobs`, :mod:`~hpcjobs.slurm.history`: status and per-run history.
+* :mod:`~hpcjobs.slurm.statusquery`, :mod:`~hpcjobs.slurm.history`: status and per-run history.
 """
 
 from __future__ import annotations

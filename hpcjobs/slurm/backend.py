@@ -23,7 +23,7 @@ from hpcjobs.errors import BadInputError
 from hpcjobs.runner import LocalRunner, Runner
 from hpcjobs.slurm import parse
 from hpcjobs.slurm.client import SlurmClient, check_job_ids
-from hpcjobs.slurm.jobs import row_matches
+from hpcjobs.slurm.statusquery import row_matches
 
 log = logging.getLogger(__name__)
 

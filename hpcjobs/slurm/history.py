@@ -22,7 +22,7 @@ from hpcjobs.runtime.supervisor import causes
 from hpcjobs.slurm import parse
 from hpcjobs.slurm.classify import UnknownJobError
 from hpcjobs.slurm.client import check_job_ids
-from hpcjobs.slurm.jobs import group_runs
+from hpcjobs.slurm.statusquery import group_runs
 
 if TYPE_CHECKING:
     from hpcjobs.slurm.client import SlurmClient

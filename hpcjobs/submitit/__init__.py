@@ -22,7 +22,7 @@ checkpointed by global rank 0 on the warning signal or SIGTERM, as submitit does
 is pickled for this job's continuation only. Plain functions start over.
 
 Modules: :mod:`~hpcjobs.submitit.executor` (the executor), :mod:`~hpcjobs.submitit.params` (its
-parameters), :mod:`~hpcjobs.submitit.jobs` (job objects), :mod:`~hpcjobs.submitit.task` (what
+parameters), :mod:`~hpcjobs.submitit.hpcjob` (job objects), :mod:`~hpcjobs.submitit.task` (what
 each rank runs), :mod:`~hpcjobs.submitit.pickles` (the files between them) and
 :mod:`~hpcjobs.submitit.compat` (the only module that imports submitit itself). ``import
 hpcjobs`` loads none of them; this package's ``__init__`` imports nothing, so a rank starting

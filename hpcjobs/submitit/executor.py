@@ -23,7 +23,7 @@ from hpcjobs.slurm.arrays import parse_array, split_array
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.submitit.compat import core, utils
 from hpcjobs.submitit.compat import slurm as submitit_slurm
-from hpcjobs.submitit.jobs import HpcJob
+from hpcjobs.submitit.hpcjob import HpcJob
 from hpcjobs.submitit.params import (
     ALIASES,
     PARAMETERS,

@@ -87,8 +87,8 @@ def mark_done_when_complete(folder: Path, job_id: str, num_tasks: int, root: str
     )
     if not all(path.exists() for path in results):
         return False
-    run_dir = Path(os.environ.get("HPCJOBS_RUN_DIR") or folder)
-    marker = run_dir / names.done_marker(root)
+    output_dir = Path(names.output_dir(os.environ) or folder)
+    marker = output_dir / names.done_marker(root)
     fd = os.open(marker, os.O_WRONLY | os.O_CREAT, PRIVATE)
     os.close(fd)
     return True

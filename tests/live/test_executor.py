@@ -19,7 +19,7 @@ import hpcjobs
 from hpcjobs.cli import cli
 from hpcjobs.runner import LocalRunner
 from hpcjobs.submitit.executor import HpcExecutor
-from hpcjobs.submitit.jobs import HpcJob
+from hpcjobs.submitit.hpcjob import HpcJob
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).absolute().parent

@@ -25,7 +25,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from hpcjobs.jobs.chain import Chain, Event, Interruption
-from hpcjobs.report.progress import read_progress
+from hpcjobs.report.progressfiles import read_progress
 from hpcjobs.runner import LocalRunner
 from hpcjobs.runtime.progress import Report
 from tests.live.cluster import HPCJOBS, Cluster, Job, reference

@@ -258,7 +258,7 @@ def test_executor_job_is_pending_right_after_submit(
     login: Login, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import hpcjobs
-    from hpcjobs.submitit.jobs import queue_state
+    from hpcjobs.submitit.hpcjob import queue_state
 
     for key, value in login.env.items():
         monkeypatch.setenv(key, value)

@@ -31,7 +31,7 @@ from hpcjobs.slurm import backend
 from hpcjobs.slurm.classify import ErrorKind, SlurmCommandError
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.slurm.history import job_history
-from hpcjobs.slurm.jobs import query_status
+from hpcjobs.slurm.statusquery import query_status
 
 
 @dataclass(frozen=True)

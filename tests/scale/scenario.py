@@ -35,7 +35,7 @@ from functools import partial
 from pathlib import Path
 
 from hpcjobs.jobs.chain import Chain, Event, chain_file, read_chain
-from hpcjobs.report.progress import read_progress
+from hpcjobs.report.progressfiles import read_progress
 from hpcjobs.runner import LocalRunner
 from hpcjobs.runtime import lightrank
 from hpcjobs.runtime.progress import progress_dir

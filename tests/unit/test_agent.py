@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcjobs.report.progress import read_progress
+from hpcjobs.report.progressfiles import read_progress
 from hpcjobs.runner import LocalRunner
 from hpcjobs.runtime.supervisor import agent as agent_module
 from hpcjobs.runtime.supervisor.agent import (

@@ -21,7 +21,7 @@ from hpcjobs.config.models import SiteConfig
 from hpcjobs.errors import EXIT_BAD_INPUT, BadInputError, HpcJobsError
 from hpcjobs.runner import Result
 from hpcjobs.submitit.executor import HpcExecutor, make_executor
-from hpcjobs.submitit.jobs import HpcJob, newest_result
+from hpcjobs.submitit.hpcjob import HpcJob, newest_result
 from hpcjobs.submitit.params import PARAMETERS, UnknownParameterError
 from hpcjobs.submitit.pickles import write_pickle
 from tests.fakes import FakeRunner, client_for, ok
@@ -218,7 +218,7 @@ def test_every_rank_runs_the_task_module_through_srun(site: SiteConfig, tmp_path
     assert f"{PYTHON} -u -m hpcjobs.submitit.task {folder}" in rendered.script
     assert "srun --nodes=2 --ntasks-per-node=4" in rendered.script
     assert f"--output={folder}/slurm-%j.out" in rendered.sbatch_args
-    assert f"export HPCJOBS_RUN_DIR={folder}" in rendered.script
+    assert f"export HPCJOBS_OUTPUT_DIR={folder}" in rendered.script
     assert f"export HPCJOBS_CHECKPOINT_DIR={folder}/checkpoints/u1" in rendered.script
     assert rendered.binding is not None and rendered.binding.by_gpu
     assert ex._submitit_command_str == f"{PYTHON} -u -m hpcjobs.submitit.task {folder}"
@@ -346,7 +346,7 @@ def watcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeWatcher]:
     fake = FakeWatcher()
     monkeypatch.setattr(HpcJob, "watcher", fake)
     monkeypatch.setattr(HpcJob, "_results_timeout_s", 0)
-    monkeypatch.setattr("hpcjobs.submitit.jobs.queue_state", lambda job_id: None)
+    monkeypatch.setattr("hpcjobs.submitit.hpcjob.queue_state", lambda job_id: None)
     yield fake
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from hpcjobs.errors import CommandTimeoutError
-from hpcjobs.submitit import jobs as submitit_jobs
-from hpcjobs.submitit.jobs import HpcJob, queue_state
+from hpcjobs.submitit import hpcjob as submitit_jobs
+from hpcjobs.submitit.hpcjob import HpcJob, queue_state
 from tests.fakes import FakeRunner, client_for, ok
 from tests.unit.test_executor import FakeWatcher
 from tests.unit.test_follow import _line
@@ -25,7 +25,7 @@ def test_queue_state_is_one_squeue_reused_for_a_moment(monkeypatch: pytest.Monke
     runner = FakeRunner().add("squeue", ok(_line("12", "PENDING", "Priority")))
     client = client_for(runner)
     now = [100.0]
-    monkeypatch.setattr("hpcjobs.submitit.jobs.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("hpcjobs.submitit.hpcjob.time.monotonic", lambda: now[0])
     assert queue_state("12", client) == "PENDING"
     assert queue_state("12", client) == "PENDING"
     assert runner.count("squeue") == 1

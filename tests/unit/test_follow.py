@@ -15,7 +15,7 @@ from hpcjobs.jobs.follow import (
     tail_file,
 )
 from hpcjobs.slurm.classify import UnknownJobError
-from hpcjobs.slurm.jobs import JobStatus
+from hpcjobs.slurm.statusquery import JobStatus
 from tests.fakes import FakeRunner, Sleeps, client_for, ok
 
 

@@ -22,7 +22,7 @@ from hpcjobs.slurm import parse
 from hpcjobs.slurm.classify import slurm_message
 from hpcjobs.slurm.client import SlurmClient, _scancel_job_errors
 from hpcjobs.slurm.history import build_history
-from hpcjobs.slurm.jobs import query_status
+from hpcjobs.slurm.statusquery import query_status
 from hpcjobs.textlines import split_lines
 
 #: Every character ``str.splitlines`` breaks at besides "\n".

@@ -1,5 +1,6 @@
 """The public Python API: the names a training script imports from ``hpcjobs``, pinned here;
-the old paths of the modules that moved under ``hpcjobs.runtime`` still work, with a warning."""
+the old paths of the modules that moved still work, with a warning, and so does the old name of
+the output folder's variable."""
 
 from __future__ import annotations
 
@@ -82,3 +83,13 @@ def test_an_old_import_path_warns_and_is_the_moved_module(old: str) -> None:
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         hpcjobs.nope  # noqa: B018
+
+
+def test_the_output_folder_is_still_found_under_its_old_variable() -> None:
+    """Jobs export ``HPCJOBS_OUTPUT_DIR`` and, for one release, ``HPCJOBS_RUN_DIR``; a job
+    submitted by an older hpcjobs has only the old name."""
+    from hpcjobs.runtime.supervisor import names
+
+    assert names.output_dir({"HPCJOBS_RUN_DIR": "/old"}) == "/old"
+    assert names.output_dir({"HPCJOBS_RUN_DIR": "/old", "HPCJOBS_OUTPUT_DIR": "/new"}) == "/new"
+    assert names.output_dir({}) == ""

@@ -9,7 +9,7 @@ import pytest
 from hpcjobs.slurm import parse
 from hpcjobs.slurm.classify import UnknownJobError
 from hpcjobs.slurm.history import build_history, classify_run, job_history
-from hpcjobs.slurm.jobs import query_status, row_matches
+from hpcjobs.slurm.statusquery import query_status, row_matches
 from tests.fakes import FakeRunner, client_for, fail, ok
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -158,8 +158,8 @@ def test_status_mine_is_one_squeue() -> None:
 def test_status_of_an_ended_job_shows_no_reason_it_once_waited_for(state: str, shown: str) -> None:
     """Accounting keeps the last reason a job waited for: a standby that took over and
     completed still says 'Dependency'."""
-    from hpcjobs.slurm.jobs import from_accounting
     from hpcjobs.slurm.parse import AcctRow
+    from hpcjobs.slurm.statusquery import from_accounting
 
     row = AcctRow(
         job_id="7", raw_id="7", state=state, cancelled_by=None, exit_code=0, exit_signal=None,

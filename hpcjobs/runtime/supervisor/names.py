@@ -4,6 +4,20 @@ executor find them here."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+#: The output folder, in the job's environment (the batch script exports it).
+ENV_OUTPUT_DIR = "HPCJOBS_OUTPUT_DIR"
+#: The same folder's name before 0.2, when "run" also meant the output folder: still exported,
+#: and read where the new name is unset, until the next release.
+LEGACY_ENV_OUTPUT_DIR = "HPCJOBS_RUN_DIR"
+
+
+def output_dir(env: Mapping[str, str]) -> str:
+    """The output folder ``env`` names ("" if it names none)."""
+    return env.get(ENV_OUTPUT_DIR, "") or env.get(LEGACY_ENV_OUTPUT_DIR, "")
+
+
 #: The folder, in the output folder, that holds the supervisor's zipapp.
 SUPPORT_DIR = ".hpcjobs"
 

@@ -189,7 +189,7 @@ class Supervisor:
         self.task = task
         self.self_id = f"{array}_{task}" if array and task else self.job
         self.restart = int(self.env.get("SLURM_RESTART_COUNT", "0") or 0)
-        self.run_dir = self.env.get("HPCJOBS_RUN_DIR", "") or os.getcwd()
+        self.output_dir = names.output_dir(self.env) or os.getcwd()
         self.root = self.env.get("HPCJOBS_CHAIN_ROOT", "")
         self.standby_for = self.env.get(ENV_STANDBY_FOR, "")
         #: A grower: the job whose run below its full size it takes over from.
@@ -234,7 +234,7 @@ class Supervisor:
 
     @property
     def events(self) -> EventLog:
-        path = os.path.join(self.run_dir, names.chain_log(self.root or self.self_id))
+        path = os.path.join(self.output_dir, names.chain_log(self.root or self.self_id))
         return EventLog(path, self.self_id, self.restart)
 
     @property
@@ -261,7 +261,7 @@ class Supervisor:
         return Position(checkpoint=self.latest_step(), progress=self.progress())
 
     def done_file(self) -> str:
-        return os.path.join(self.run_dir, names.done_marker(self.root))
+        return os.path.join(self.output_dir, names.done_marker(self.root))
 
     def is_done(self) -> bool:
         return os.path.isfile(os.path.join(self.ckpt_dir, "DONE")) or os.path.isfile(
@@ -419,7 +419,7 @@ class Supervisor:
 
     def begin(self) -> None:
         """Before the program starts. Raises :class:`Stop` when it must not."""
-        _private_mkdir(self.run_dir)
+        _private_mkdir(self.output_dir)
         self.private_logs()
         # A continuation carries its chain's root; anything else starts a chain of its own.
         if self.root and not self.chain.names_job(
@@ -433,7 +433,7 @@ class Supervisor:
         self.env["HPCJOBS_CHAIN_ROOT"] = self.root
         # The ranks report their progress on node-local storage (hpcjobs.runtime.progress);
         # the node agents summarize it into the chain's progress folder, next to the event log.
-        self.progress_dir = os.path.join(self.run_dir, names.progress_dir(self.root))
+        self.progress_dir = os.path.join(self.output_dir, names.progress_dir(self.root))
         if self.root == self.self_id and self.restart == 0:
             self.set_aside_stale()
         tmp = self.env.get("TMPDIR") or "/tmp"
@@ -627,7 +627,7 @@ class Supervisor:
     def faults_begin(self) -> None:
         """Empty the rank output copies, note where this run's stderr begins, and remove the
         node summaries of the run before (the stall watch must not judge them)."""
-        self.capture_dir = os.path.join(self.run_dir, names.capture_dir(self.root))
+        self.capture_dir = os.path.join(self.output_dir, names.capture_dir(self.root))
         shutil.rmtree(self.capture_dir, ignore_errors=True)
         try:
             _private_mkdir(self.capture_dir)
@@ -661,7 +661,7 @@ class Supervisor:
         every = self.env.get("HPCJOBS_GPU_MONITOR_INTERVAL", "0")
         query = self.env.get("HPCJOBS_GPU_QUERY", "")
         if every.isdecimal() and int(every) > 0 and query:
-            folder = os.path.join(self.run_dir, names.gpu_dir(self.root))
+            folder = os.path.join(self.output_dir, names.gpu_dir(self.root))
             try:
                 _private_mkdir(folder)
                 argv += ["--gpu-every", every, "--gpu-query", query, "--gpu-dir", folder]
@@ -786,7 +786,7 @@ class Supervisor:
         args = self.successor_args(nodes, excluded)
         # A clean environment: the new job must not inherit this job's SLURM_* settings.
         env = successor_env(self.env, self.root or self.self_id, standby_for, grow_for)
-        cwd = self.env.get("SLURM_SUBMIT_DIR") or self.run_dir
+        cwd = self.env.get("SLURM_SUBMIT_DIR") or self.output_dir
         depends = ["--dependency=" + dependency] if dependency else []
         argv = [*depends, *list(extra), *args, self.script]
         result = self.slurm.submit(argv, cwd, env)
@@ -914,7 +914,7 @@ class Supervisor:
         """One atomic mkdir of :func:`.names.takeover_claim`: whether this process made it."""
         old = os.umask(0o077)
         try:
-            os.mkdir(os.path.join(self.run_dir, names.takeover_claim(job)))
+            os.mkdir(os.path.join(self.output_dir, names.takeover_claim(job)))
         except OSError:
             return False
         finally:
@@ -924,7 +924,7 @@ class Supervisor:
     def unclaim(self, job: str) -> None:
         """Remove the claim on ``job`` (:meth:`claim`), settled now; none is fine."""
         with contextlib.suppress(OSError):
-            os.rmdir(os.path.join(self.run_dir, names.takeover_claim(job)))
+            os.rmdir(os.path.join(self.output_dir, names.takeover_claim(job)))
 
     def standby_retarget(self) -> str:
         """Make the standby this run's continuation (it starts when this job ends, however it
@@ -1099,7 +1099,7 @@ class Supervisor:
         if not self.grower or self.child is None:
             return
         grower = self.grower
-        marker = os.path.join(self.run_dir, names.grow_ready(grower))
+        marker = os.path.join(self.output_dir, names.grow_ready(grower))
 
         def claim() -> bool:
             # Not while the run is being ended (a cancel, a warning): it ends as it would.
@@ -1214,7 +1214,7 @@ class Supervisor:
                 "it does not take over"
             )
             raise Stop(0)
-        marker = os.path.join(self.run_dir, names.grow_ready(self.self_id))
+        marker = os.path.join(self.output_dir, names.grow_ready(self.self_id))
         with contextlib.suppress(OSError):
             _private_mkdir(marker)
         deadline = self.clock() + self.policy.lead + GROW_WAIT_MARGIN_S

@@ -10,8 +10,7 @@ import pytest
 
 from hpcjobs.config.loader import load_site
 from hpcjobs.errors import BadInputError
-from hpcjobs.jobs.records import LocalFiles
-from hpcjobs.jobs.runfolder import (
+from hpcjobs.jobs.checkpointclaim import (
     RUN_FILE,
     FolderState,
     decide,
@@ -20,6 +19,7 @@ from hpcjobs.jobs.runfolder import (
     prepare_run_folder,
     run_identity,
 )
+from hpcjobs.jobs.records import LocalFiles
 from hpcjobs.runner import LocalRunner
 from hpcjobs.script.jobspec import Where, parse_spec
 from hpcjobs.script.render import render_job
@@ -357,7 +357,7 @@ def test_fresh_never_merges_into_a_folder_set_aside_in_the_same_second(tmp_path:
 
 
 def test_a_claimed_folder_is_free_once_the_claiming_run_left_the_queue(tmp_path: Path) -> None:
-    from hpcjobs.jobs.runfolder import note_submitted
+    from hpcjobs.jobs.checkpointclaim import note_submitted
 
     folder = tmp_path / "checkpoints"
     first = _prepare(folder, "python", "train.py")
