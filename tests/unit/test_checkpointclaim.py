@@ -261,24 +261,24 @@ def test_job_runs_in_its_own_folder(tmp_path: Path) -> None:
 
 
 def test_job_stops_when_another_run_took_its_folder(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     ckpt = tmp_path / "ck"
     _prepare(ckpt, "python", "train.py")
     assert _start(tmp_path, ckpt, MINE) == 1
-    assert "belongs to another run" in capsys.readouterr().err
+    assert "belongs to another run" in capfd.readouterr().err
     event, cause, detail = _events(tmp_path)[-1]
     assert (event, cause) == ("end", "fail")
     assert detail.startswith("checkpoint folder owned by another run")
 
 
 def test_job_with_an_unusable_folder_fails_with_its_own_cause(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert _start(tmp_path, blocker / "ck", MINE) == 1
-    assert "cannot use the checkpoint folder" in capsys.readouterr().err
+    assert "cannot use the checkpoint folder" in capfd.readouterr().err
     event, cause, detail = _events(tmp_path)[-1]
     assert (event, cause) == ("end", "fail")
     assert detail == (

@@ -319,21 +319,21 @@ def test_supervisor_matches_table(tmp_path: Path, case: Case) -> None:
 
 
 def test_begin_counts_slurm_requeue_as_node_failure(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     env = _job_env(tmp_path, SLURM_JOB_ID="7", SLURM_RESTART_COUNT="1")
     run_dir = tmp_path / "run"
     (run_dir / "chain-7.jsonl").write_text(line("7", "start", checkpoint=-1))
     policy = _policy(budgets={**MaxRequeues().model_dump(), "node_failure": 1})
     sup = _supervisor(env, policy)
-    assert _begin(sup) is None, capsys.readouterr().err
+    assert _begin(sup) is None, capfd.readouterr().err
     assert sup.env["HPCJOBS_RESTART_COUNT"] == "1"
     assert kinds(run_dir / "chain-7.jsonl")[1] == ("requeue", "node_failure")
     # A second node failure exceeds the budget of 1: the job gives up at once.
     env["SLURM_RESTART_COUNT"] = "2"
-    capsys.readouterr()
+    capfd.readouterr()
     assert _begin(_supervisor(env, policy)) == 1
-    assert "budget for node_failure exhausted" in capsys.readouterr().err
+    assert "budget for node_failure exhausted" in capfd.readouterr().err
 
 
 def test_cancelled_job_is_not_marked_done(tmp_path: Path) -> None:
@@ -367,11 +367,11 @@ def test_chain_end_after_a_slurm_requeue_is_not_requeued_again(
         (run_dir / "DONE-100").unlink(missing_ok=True)
 
 
-def test_begin_exits_when_done(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_begin_exits_when_done(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     env = _job_env(tmp_path, SLURM_JOB_ID="8")
     (tmp_path / "run" / "ckpt" / "DONE").write_text("{}")
     assert _begin(_supervisor(env)) == 0
-    out, err = capsys.readouterr()
+    out, err = capfd.readouterr()
     assert "hpcjobs: run" not in out
     assert "already finished" in err
 
@@ -416,7 +416,7 @@ def test_begin_after_unlogged_requeue_asks_accounting(tmp_path: Path, utc: None)
     assert event.text("slurm_state") == "PREEMPTED"
 
 
-def test_begin_never_runs_a_chain_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_begin_never_runs_a_chain_twice(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """Slurm requeued a job whose chain had already continued as another job: exit at once."""
     env = _job_env(tmp_path, SLURM_RESTART_COUNT="1")
     (tmp_path / "run" / "chain-300.jsonl").write_text(
@@ -424,11 +424,11 @@ def test_begin_never_runs_a_chain_twice(tmp_path: Path, capsys: pytest.CaptureFi
         + line("300", "requeue", "preemption", "continued as job 301", how="continued", next="301")
     )
     assert _begin(_supervisor(env)) == 0
-    assert "already continues as job 301" in capsys.readouterr().err
+    assert "already continues as job 301" in capfd.readouterr().err
 
 
 def test_begin_enforces_total_budget_on_slurm_requeues(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     env = _job_env(
         tmp_path,
@@ -442,7 +442,7 @@ def test_begin_enforces_total_budget_on_slurm_requeues(
         + line("300", "start", checkpoint=1)
     )
     assert _begin(_supervisor(env, max_total=1)) == 1
-    assert "total requeue budget exhausted (1/1); giving up" in capsys.readouterr().err
+    assert "total requeue budget exhausted (1/1); giving up" in capfd.readouterr().err
     last = events_in(tmp_path / "run" / "chain-300.jsonl")[-1]
     assert (last.event, last.cause, last.detail) == (
         "end",

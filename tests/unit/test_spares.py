@@ -170,7 +170,7 @@ def test_a_suspect_still_in_the_job_is_released_from_it(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("ends_after", [3.0, None], ids=["ends", "never-ends"])
 def test_nodes_leave_the_job_only_once_its_steps_have_ended(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], ends_after: float | None
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], ends_after: float | None
 ) -> None:
     """A step still ending when the job shrank never finished on Slurm 22.05, and the next
     run's step waited for its nodes until the job ended."""
@@ -191,7 +191,7 @@ def test_nodes_leave_the_job_only_once_its_steps_have_ended(
     )
     assert sup.stays_in_job("stall", [])
     assert slurm.shrunk == [["n1", "n3"]]
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert "waiting for step(s) 300.4 to end before nodes leave" in err
     # What is left of the steps gets a KILL, once (an agent on a node that hangs, say).
     assert [c for c in slurm.calls if c.startswith("cancel")] == ["cancel 300.4"]
@@ -436,7 +436,7 @@ def test_no_health_check_no_preflight(tmp_path: Path) -> None:
 
 
 def test_a_failed_batch_host_the_chain_cannot_exclude_is_said(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The partition has no room to exclude it (3 nodes, the job needs 3): the run starts."""
     sup, slurm = _checked(tmp_path, {"n1": "1 bad", "n2": "0 ", "n3": "0 "})
@@ -445,7 +445,7 @@ def test_a_failed_batch_host_the_chain_cannot_exclude_is_said(
     assert failed == ["n1"] and not sup.take_nodes(failed)
     sup.too_few_healthy(failed)
     assert sup.chain.excluded() == []
-    assert "cannot run without n1, and the chain cannot exclude them" in capsys.readouterr().err
+    assert "cannot run without n1, and the chain cannot exclude them" in capfd.readouterr().err
 
 
 def test_accounting_runs_leave_out_the_records_of_earlier_sizes() -> None:

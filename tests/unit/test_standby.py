@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -330,6 +331,51 @@ def test_a_site_that_warns_with_sigterm_keeps_its_whole_lead(tmp_path: Path) -> 
     plain = _supervisor(tmp_path, FakeSlurm(), FakeClock())
     plain._on_signal(signal.SIGTERM, None)
     assert plain.term_at > 0 and plain.signal_seen == "term"
+
+
+class _StderrInUse:
+    """Standard error while the main thread is inside its ``write``: Python runs a signal
+    handler right there, and its buffered writer refuses a second write from it."""
+
+    def __init__(self, handler: Callable[[], None]) -> None:
+        self.handler = handler
+        self.inside = False
+
+    def write(self, text: str) -> int:
+        if self.inside:
+            raise RuntimeError("reentrant call inside <_io.BufferedWriter name='<stderr>'>")
+        self.inside = True
+        try:
+            self.handler()  # the signal arrives mid-write
+        finally:
+            self.inside = False
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_signal_in_the_middle_of_a_log_line_does_not_end_supervision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A cancel's SIGTERM that came while the supervisor was writing a line to standard error
+    made the handler's own line fail ("reentrant call"), and the supervisor logged its own
+    error instead of the cancel. The handler writes past Python's buffer: it is logged and
+    forwarded."""
+    sup = _supervisor(tmp_path, FakeSlurm(), FakeClock())
+    sup.child = subprocess.Popen(["sleep", "30"])
+    sup.waiting = True
+    try:
+        monkeypatch.setattr(
+            "sys.stderr", _StderrInUse(lambda: sup._on_signal(signal.SIGTERM, None))
+        )
+        sup.log("standby job 301 for job 300")  # the main thread's line
+        sys.stderr.write("a line of the main thread\n")
+        assert sup.child.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        sup.child.kill()
+    assert "SIGTERM received, forwarding it to the launcher" in capfd.readouterr().err
+    assert [e.detail for e in sup.chain.events if e.event == "signal"] == ["SIGTERM"]
 
 
 def test_the_job_ends_only_with_its_launcher(tmp_path: Path) -> None:

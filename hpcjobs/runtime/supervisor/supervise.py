@@ -102,6 +102,21 @@ STEPS_END_S = 45
 STEP_ID = re.compile(r"[0-9_]+\.[0-9]+")
 
 
+def to_stderr(text: str) -> None:
+    """Write ``text`` to standard error with the system call itself, past ``sys.stderr``.
+
+    The supervisor logs from its signal handler too, and Python runs a handler in the main
+    thread wherever that thread is: inside ``sys.stderr.write`` a second buffered write fails
+    ("reentrant call inside <_io.BufferedWriter name='<stderr>'>"), which would end the job's
+    supervision in the middle of a cancel or a preemption. A line shorter than the pipe's
+    atomic size (4 KiB) goes out in one ``write(2)``, so lines from both never interleave.
+    """
+    data = text.encode("utf-8", "backslashreplace")
+    with contextlib.suppress(OSError):  # standard error closed: nothing to tell anyone
+        while data:
+            data = data[os.write(2, data) :]
+
+
 class Stop(Exception):
     """The chain must not run the program in this job: exit with ``code``."""
 
@@ -229,8 +244,7 @@ class Supervisor:
 
     def log(self, message: str) -> None:
         stamp = time.strftime("%H:%M:%S")
-        sys.stderr.write(f"{stamp} hpcjobs[{self.job}]: {message}\n")
-        sys.stderr.flush()
+        to_stderr(f"{stamp} hpcjobs[{self.job}]: {message}\n")
 
     @property
     def events(self) -> EventLog:
@@ -329,10 +343,9 @@ class Supervisor:
             self.signal_logged = True
             self.event("signal", self.signal_seen, "SIG" + name, signal="SIG" + name)
         if child is not None:
-            sys.stderr.write(
+            to_stderr(
                 f"hpcjobs: SIG{name} received, forwarding it to the launcher (pid {child.pid})\n"
             )
-            sys.stderr.flush()
             with contextlib.suppress(OSError):
                 child.send_signal(signum)
 
