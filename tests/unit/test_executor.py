@@ -218,7 +218,7 @@ def test_every_rank_runs_the_task_module_through_srun(site: SiteConfig, tmp_path
     assert f"{PYTHON} -u -m hpcjobs.submitit.task {folder}" in rendered.script
     assert "srun --nodes=2 --ntasks-per-node=4" in rendered.script
     assert f"--output={folder}/slurm-%j.out" in rendered.sbatch_args
-    assert f"export HPCJOBS_OUTPUT_DIR={folder}" in rendered.script
+    assert f"export HPCJOBS_JOB_OUTPUT_DIR={folder}" in rendered.script
     assert f"export HPCJOBS_CHECKPOINT_DIR={folder}/checkpoints/u1" in rendered.script
     assert rendered.binding is not None and rendered.binding.by_gpu
     assert ex._submitit_command_str == f"{PYTHON} -u -m hpcjobs.submitit.task {folder}"

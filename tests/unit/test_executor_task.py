@@ -77,7 +77,7 @@ def _start(folder: Path, job_id: str, root: str | None = None) -> subprocess.Pop
         "SLURM_JOB_ID": job_id,
         "SLURM_PROCID": "0",
         "SLURM_NTASKS": "1",
-        "HPCJOBS_OUTPUT_DIR": str(folder),
+        "HPCJOBS_JOB_OUTPUT_DIR": str(folder),
         "HPCJOBS_CHECKPOINT_DIR": str(folder / "checkpoints"),
         "HPCJOBS_CHAIN_ROOT": root or job_id,
         "HPCJOBS_SIGNAL": "USR2",

@@ -113,7 +113,7 @@ def _crash(
     env = _job_env(tmp_path, HPCJOBS_CHAIN_ROOT="300")
     err = tmp_path / "job.err"
     err.write_text(EARLIER + stderr)
-    capture = Path(env["HPCJOBS_OUTPUT_DIR"]) / "capture-300"
+    capture = Path(env["HPCJOBS_JOB_OUTPUT_DIR"]) / "capture-300"
     capture.mkdir(parents=True)
     for name, text in captures.items():
         (capture / name).write_text(text)

@@ -106,3 +106,18 @@ def test_goldens_pass_bash_n_and_shellcheck() -> None:
         [checker, "--shell=bash", *map(str, scripts)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_variable_a_job_exports_overrides_the_site_config() -> None:
+    """A job's own ``HPCJOBS_*`` variables reach every hpcjobs command run inside it (a sweep's
+    driver, the executor): one named like a site-config override (``HPCJOBS_OUTPUT_DIR``) would
+    quietly change that command's site."""
+    from hpcjobs.config.loader import ENV_KEYS
+
+    exported = {
+        name
+        for script in GOLDEN_DIR.glob("*/*.sh")
+        for name in re.findall(r"^export (HPCJOBS_[A-Z0-9_]+)=", script.read_text(), re.M)
+    }
+    assert "HPCJOBS_JOB_OUTPUT_DIR" in exported
+    assert not exported & set(ENV_KEYS)

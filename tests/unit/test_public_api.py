@@ -86,10 +86,10 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 
 def test_the_output_folder_is_still_found_under_its_old_variable() -> None:
-    """Jobs export ``HPCJOBS_OUTPUT_DIR`` and, for one release, ``HPCJOBS_RUN_DIR``; a job
+    """Jobs export ``HPCJOBS_JOB_OUTPUT_DIR`` and, for one release, ``HPCJOBS_RUN_DIR``; a job
     submitted by an older hpcjobs has only the old name."""
     from hpcjobs.runtime.supervisor import names
 
     assert names.output_dir({"HPCJOBS_RUN_DIR": "/old"}) == "/old"
-    assert names.output_dir({"HPCJOBS_RUN_DIR": "/old", "HPCJOBS_OUTPUT_DIR": "/new"}) == "/new"
+    assert names.output_dir({"HPCJOBS_RUN_DIR": "/old", "HPCJOBS_JOB_OUTPUT_DIR": "/new"}) == "/new"
     assert names.output_dir({}) == ""

@@ -290,7 +290,7 @@ def test_the_sampler_asks_for_the_fields_the_parser_reads(tmp_path: Path) -> Non
         "PATH": f"{bindir}:{os.environ['PATH']}",
         "SLURM_JOB_ID": "10",
         "SLURMD_NODENAME": "n1",
-        "HPCJOBS_OUTPUT_DIR": str(run_dir),
+        "HPCJOBS_JOB_OUTPUT_DIR": str(run_dir),
         "HPCJOBS_NODE_TMP": str(tmp_path / "node"),
         "HPCJOBS_GPU_MONITOR_INTERVAL": "30",
         "HPCJOBS_GPU_QUERY": GPU_QUERY,

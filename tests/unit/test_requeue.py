@@ -166,7 +166,7 @@ def _job_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "PATH": f"{bindir}:{os.environ['PATH']}",
         "STUB_LOG": str(tmp_path / "calls.log"),
         "SLURM_JOB_ID": "300",
-        "HPCJOBS_OUTPUT_DIR": str(run_dir),
+        "HPCJOBS_JOB_OUTPUT_DIR": str(run_dir),
         "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
         "TMPDIR": str(tmp_path),  # the node-local folders
         **extra,
@@ -247,7 +247,7 @@ def _finish_case(
         "STUB_PREEMPT_TIME": "2026-01-01T00:00:00" if preempt else "None",
         "STUB_TIME_LEFT": time_left,
         "SLURM_JOB_ID": "100",
-        "HPCJOBS_OUTPUT_DIR": str(run_dir),
+        "HPCJOBS_JOB_OUTPUT_DIR": str(run_dir),
         "HPCJOBS_CHECKPOINT_DIR": str(ckpt),
     }
     policy = Policy(
@@ -493,7 +493,7 @@ def test_continuation_drops_one_shot_options_and_keeps_the_chain_token(tmp_path:
 
 def test_event_log_done_marker_and_job_logs_are_private(tmp_path: Path) -> None:
     env = _job_env(tmp_path, HPCJOBS_CHAIN_ROOT="300")
-    run_dir = Path(env["HPCJOBS_OUTPUT_DIR"])
+    run_dir = Path(env["HPCJOBS_JOB_OUTPUT_DIR"])
     out, err = run_dir / "slurm-300.out", run_dir / "slurm-300.err"
     for path in (out, err):
         path.write_text("log\n")

@@ -109,7 +109,7 @@ def _supervisor(tmp_path: Path, slurm: JobSlurm, spare: int = 1) -> Supervisor:
         "SLURM_JOB_NUM_NODES": "3",
         "SLURM_NTASKS": "3",
         "SLURM_TASKS_PER_NODE": "1(x3)",
-        "HPCJOBS_OUTPUT_DIR": str(run_dir),
+        "HPCJOBS_JOB_OUTPUT_DIR": str(run_dir),
         "HPCJOBS_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
         "HPCJOBS_CHAIN_ROOT": "300",
         "SLURM_JOB_PARTITION": "batch",

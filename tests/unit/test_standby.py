@@ -99,7 +99,7 @@ def _supervisor(
     run_dir.mkdir(exist_ok=True)
     environ = {
         "SLURM_JOB_ID": job,
-        "HPCJOBS_OUTPUT_DIR": str(run_dir),
+        "HPCJOBS_JOB_OUTPUT_DIR": str(run_dir),
         "HPCJOBS_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
         "HPCJOBS_CHAIN_ROOT": "300",
         "SLURM_JOB_PARTITION": "batch",

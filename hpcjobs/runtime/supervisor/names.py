@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-#: The output folder, in the job's environment (the batch script exports it).
-ENV_OUTPUT_DIR = "HPCJOBS_OUTPUT_DIR"
+#: The output folder, in the job's environment (the batch script exports it). Not
+#: ``HPCJOBS_OUTPUT_DIR``: that one overrides the site's ``slurm.output_dir`` for any hpcjobs
+#: command, a job's own included.
+ENV_OUTPUT_DIR = "HPCJOBS_JOB_OUTPUT_DIR"
 #: The same folder's name before 0.2, when "run" also meant the output folder: still exported,
 #: and read where the new name is unset, until the next release.
 LEGACY_ENV_OUTPUT_DIR = "HPCJOBS_RUN_DIR"

@@ -20,7 +20,7 @@ set -eo pipefail
 module load cuda/12.4
 module load nccl/2.21
 source /etc/profile.d/dgx-site.sh
-export HPCJOBS_OUTPUT_DIR=/home/user/hpcjobs/runs/preprocess
+export HPCJOBS_JOB_OUTPUT_DIR=/home/user/hpcjobs/runs/preprocess
 export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/preprocess
 export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/preprocess/checkpoints
 export HPCJOBS_SIGNAL=USR2
