@@ -19,6 +19,7 @@ from hpcjobs.jobs.chain import chain_file, read_chain
 from hpcjobs.runtime.resumable import Interrupted, Resumable
 from hpcjobs.runtime.stopflag import signal_from_env
 from hpcjobs.runtime.supervisor import names
+from hpcjobs.runtime.supervisor.sigsafe import to_stderr
 from hpcjobs.submitit.compat import slurm as submitit_slurm
 from hpcjobs.submitit.compat import utils
 from hpcjobs.submitit.pickles import link_pickle, load_submission, write_pickle
@@ -125,15 +126,19 @@ def install_checkpoint_handler(
 
     def handle(signum: int, _frame: FrameType | None) -> None:
         nonlocal handling
+        # Not through logging: its stream may be in the middle of a write (sigsafe).
         name = signal.Signals(signum).name
         if rank != 0 or handling:
-            log.info("%s received; rank 0 checkpoints", name)
+            to_stderr(f"hpcjobs[rank {rank}]: {name} received; rank 0 checkpoints\n")
             return
         handling = True
-        log.warning("%s received: checkpointing", name)
+        to_stderr(f"hpcjobs[rank {rank}]: {name} received: checkpointing\n")
         new = delayed._checkpoint_function()
         if new is None:
-            log.warning("checkpoint() returned None: a next run starts from the submitted call")
+            to_stderr(
+                f"hpcjobs[rank {rank}]: checkpoint() returned None: a next run starts from the "
+                "submitted call\n"
+            )
         else:
             new.set_timeout(delayed._timeout_min, delayed._timeout_countdown)
             write_pickle(pickle_path, new)

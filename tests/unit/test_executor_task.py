@@ -187,3 +187,34 @@ def test_previous_run_follows_the_log(tmp_path: Path) -> None:
     assert previous_run(tmp_path, "5", "9") == "70"
     assert previous_run(tmp_path, "5", "11") == "5"
     assert previous_run(tmp_path, "8", "9") == "8"  # no log: the root
+
+
+def test_the_checkpoint_handler_writes_past_a_stream_in_mid_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The warning signal may come while the function writes to standard error: the handler's
+    own lines go out with write(2), so it still checkpoints instead of failing on a reentrant
+    write into Python's buffered stream."""
+    from hpcjobs.runtime.resumable import Interrupted
+    from hpcjobs.submitit.task import install_checkpoint_handler
+    from tests.unit.test_standby import _StderrInUse
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR2, signal.SIGTERM)}
+    delayed = utils.DelayedSubmission(Counter(str(tmp_path / "started")))
+    handler = install_checkpoint_handler(delayed, tmp_path / "next.pkl", rank=0)
+    raised: list[BaseException] = []
+
+    def signal_arrives() -> None:
+        try:
+            handler(signal.SIGUSR2, None)
+        except Interrupted as exc:
+            raised.append(exc)
+
+    try:
+        monkeypatch.setattr("sys.stderr", _StderrInUse(signal_arrives))
+        sys.stderr.write("the function's own line\n")
+    finally:
+        for sig, old in before.items():
+            signal.signal(sig, old)
+    assert raised and (tmp_path / "next.pkl").exists()
+    assert "SIGUSR2 received: checkpointing" in capfd.readouterr().err

@@ -47,6 +47,7 @@ from .eventlog import CONTINUED, IN_JOB, SLURM, SLURM_FALLBACK, TOOK_OVER, Chain
 from .grow import GrowWatch
 from .policy import Policy
 from .signatures import all_patterns
+from .sigsafe import to_stderr
 from .slurm import Slurm, field, line_value
 from .srunlog import failed_hostlists, first_failure, has_node_failure
 from .stall import StallWatch
@@ -100,21 +101,6 @@ STEPS_END_S = 45
 #: A job step's id as squeue prints it (``<job>.<step>``, an array task's ``<array>_<task>``
 #: first): the batch and extern steps are not among them.
 STEP_ID = re.compile(r"[0-9_]+\.[0-9]+")
-
-
-def to_stderr(text: str) -> None:
-    """Write ``text`` to standard error with the system call itself, past ``sys.stderr``.
-
-    The supervisor logs from its signal handler too, and Python runs a handler in the main
-    thread wherever that thread is: inside ``sys.stderr.write`` a second buffered write fails
-    ("reentrant call inside <_io.BufferedWriter name='<stderr>'>"), which would end the job's
-    supervision in the middle of a cancel or a preemption. A line shorter than the pipe's
-    atomic size (4 KiB) goes out in one ``write(2)``, so lines from both never interleave.
-    """
-    data = text.encode("utf-8", "backslashreplace")
-    with contextlib.suppress(OSError):  # standard error closed: nothing to tell anyone
-        while data:
-            data = data[os.write(2, data) :]
 
 
 class Stop(Exception):
