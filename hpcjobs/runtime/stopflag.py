@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import threading
 import time
 from types import FrameType
 from typing import Any
@@ -46,10 +45,16 @@ def signal_from_env(default: str = DEFAULT_SIGNAL) -> signal.Signals:
 
 
 class StopFlag:
-    """Set by the warning signal or SIGTERM; read with :meth:`is_set` or :meth:`should_stop`."""
+    """Set by the warning signal or SIGTERM; read with :meth:`is_set` or :meth:`should_stop`.
+
+    The flag is a plain attribute, not a lock-guarded ``threading.Event``: Python runs a signal
+    handler in the main thread between two of its lines, so a handler that waited for a lock
+    the main thread held (inside :meth:`set`, called when a peer rank saw the signal first)
+    would wait forever. Assigning an attribute needs no lock, and nothing waits on the flag.
+    """
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._raised = False
         self.signal_name: str | None = None
         self.received_at: float | None = None
 
@@ -65,20 +70,20 @@ class StopFlag:
         return flag
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        if not self._event.is_set():
+        if not self._raised:
             self.signal_name = signal.Signals(signum).name
             self.received_at = time.time()
-        self._event.set()
+        self._raised = True
 
     def set(self, reason: str = "manual") -> None:
         """Raise the flag by hand (for tests, or an application-level stop)."""
         self.signal_name = self.signal_name or reason
         self.received_at = self.received_at or time.time()
-        self._event.set()
+        self._raised = True
 
     def is_set(self) -> bool:
         """This process's flag, without talking to other ranks."""
-        return self._event.is_set()
+        return self._raised
 
     def should_stop(self) -> bool:
         """True on every rank if any rank got the signal.
@@ -86,7 +91,7 @@ class StopFlag:
         In a job where ``torch.distributed`` is initialised this is a collective: every rank
         must call it at the same point of the loop. Elsewhere it is :meth:`is_set`.
         """
-        local = self._event.is_set()
+        local = self._raised
         dist = initialised_dist()
         if dist is None:
             return local
