@@ -1,0 +1,59 @@
+"""The ``hpcjobs`` command's entry point: one for the console script and ``python -m hpcjobs``.
+
+It raises the collector's young-generation threshold for the command alone; a training script
+that imports hpcjobs keeps Python's own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import tomllib
+
+from hpcjobs.__main__ import GC_YOUNG_THRESHOLD
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_THRESHOLD_AFTER_MAIN = (
+    "import contextlib, gc, io, sys\n"
+    "import hpcjobs.__main__ as entry\n"
+    "sys.argv = ['hpcjobs', '--version']\n"
+    "with contextlib.redirect_stdout(io.StringIO()):\n"
+    "    try:\n"
+    "        entry.main()\n"
+    "    except SystemExit as exc:\n"
+    "        assert exc.code in (0, None), exc.code\n"
+    "print(gc.get_threshold()[0])\n"
+)
+
+
+def _python(code: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    return out.stdout.strip()
+
+
+def test_the_console_script_and_python_m_share_one_entry() -> None:
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        scripts = tomllib.load(handle)["project"]["scripts"]
+    assert scripts["hpcjobs"] == "hpcjobs.__main__:main"
+    out = subprocess.run(
+        [sys.executable, "-m", "hpcjobs", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert out.stdout.startswith("hpcjobs, version ")
+
+
+def test_the_command_raises_the_young_generation_threshold() -> None:
+    assert int(_python(_THRESHOLD_AFTER_MAIN)) == GC_YOUNG_THRESHOLD
+
+
+def test_importing_hpcjobs_keeps_pythons_threshold() -> None:
+    default = _python("import gc; print(gc.get_threshold()[0])")
+    assert _python("import gc, hpcjobs, hpcjobs.cli; print(gc.get_threshold()[0])") == default
