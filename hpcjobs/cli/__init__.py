@@ -160,7 +160,7 @@ def _blame_site_env(exc: HpcJobsError, value: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``hpcjobs`` console script."""
+    """The command line itself; the console script enters through :func:`hpcjobs.__main__.main`."""
     try:
         cli.main(args=argv, prog_name="hpcjobs", standalone_mode=True)
     except KeyboardInterrupt:  # pragma: no cover - interactive only
