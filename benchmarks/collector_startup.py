@@ -1,14 +1,14 @@
-"""What the ``hpcjobs`` command's collector setting does to a 16-node render, A/B.
+"""What the ``hpcjobs`` command's collector settings do to a 16-node render, A/B.
 
 Runs the same render (``--site dgx-h100-ib render -N 16``) in a fresh process per run, in
 turns: once entering through ``hpcjobs.cli.main`` with Python's collector settings, once through
 ``hpcjobs.__main__.main``, which raises the young-generation threshold first
-(``GC_YOUNG_THRESHOLD``). Each process times itself from its first line to its exit, so that
-both sides pay the same interpreter start-up outside the figure. Prints the median and fastest
-of each side and how many collections each ran.
+(``GC_YOUNG_THRESHOLD``) and freezes its objects as it ends, so that the interpreter's last
+collection at exit skips them. Prints each side's median and fastest whole-process wall time
+and how many collections it ran before exit.
 
-Whole-process runs (``cli_startup.py``) see the same difference, but on a shared host their
-spread between runs can be larger than it; many interleaved rounds here separate it.
+``cli_startup.py`` sees the same difference, but on a shared host the spread between its runs
+can be larger than it; many interleaved rounds here separate it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 ARGV = ["hpcjobs", "--site", "dgx-h100-ib", "render", "-N", "16", "--", "python", "train.py"]
@@ -26,14 +27,10 @@ ENTRIES = {
     "the command's (hpcjobs.__main__.main)": "from hpcjobs.__main__ import main",
 }
 _PROGRAM = """\
-import time
-start = time.perf_counter()
 import atexit, gc, os, sys
 runs = [0]
 gc.callbacks.append(lambda phase, info: runs.__setitem__(0, runs[0] + (phase == "stop")))
-atexit.register(
-    lambda: os.write(2, f"@@ {{(time.perf_counter() - start) * 1000:.2f}} {{runs[0]}}\\n".encode())
-)
+atexit.register(lambda: os.write(2, f"@@ {{runs[0]}}\\n".encode()))
 sys.argv = {argv!r}
 {entry}
 main()
@@ -41,14 +38,15 @@ main()
 
 
 def run_once(entry: str) -> tuple[float, int]:
-    """Milliseconds one render took in its own process, and the collections it ran."""
+    """Milliseconds from start to exit of one render's process, and the collections it ran."""
     code = _PROGRAM.format(argv=ARGV, entry=entry)
+    start = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=ENV
     )
+    elapsed = (time.perf_counter() - start) * 1000
     line = next(x for x in reversed(out.stderr.splitlines()) if x.startswith("@@ "))
-    _, ms, collections = line.split()
-    return float(ms), int(collections)
+    return elapsed, int(line.split()[1])
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ _THRESHOLD_AFTER_MAIN = (
     "        entry.main()\n"
     "    except SystemExit as exc:\n"
     "        assert exc.code in (0, None), exc.code\n"
-    "print(gc.get_threshold()[0])\n"
+    "print(gc.get_threshold()[0], gc.get_freeze_count() > 0)\n"
 )
 
 
@@ -50,8 +50,8 @@ def test_the_console_script_and_python_m_share_one_entry() -> None:
     assert out.stdout.startswith("hpcjobs, version ")
 
 
-def test_the_command_raises_the_young_generation_threshold() -> None:
-    assert int(_python(_THRESHOLD_AFTER_MAIN)) == GC_YOUNG_THRESHOLD
+def test_the_command_raises_the_threshold_and_freezes_its_objects_as_it_ends() -> None:
+    assert _python(_THRESHOLD_AFTER_MAIN) == f"{GC_YOUNG_THRESHOLD} True"
 
 
 def test_importing_hpcjobs_keeps_pythons_threshold() -> None:
