@@ -22,12 +22,17 @@ Every command runs with bytecode written and read (``PYTHONDONTWRITEBYTECODE`` i
 installed package runs: a checkout run under that variable compiles every module on every start.
 The commands take turns (one run of each per round), so that a busy moment of the machine falls on
 all of them alike instead of on whichever was being measured then.
+
+On a shared host the wall times of one command move by a fifth between runs. ``--instructions``
+counts the instructions each command executes instead (valgrind's callgrind, one run each),
+which do not move with the load; the ratios are given the same way.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -62,9 +67,40 @@ def measure(cases: dict[str, list[str]], runs: int) -> dict[str, list[float]]:
     return times
 
 
+def instructions(argv: list[str]) -> int:
+    """Instructions one run of ``argv`` executes, counted by valgrind's callgrind."""
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=True,
+        env=ENV,
+    )
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if found is None:
+        raise SystemExit(f"no instruction count in valgrind's output:\n{out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def print_instructions(cases: dict[str, list[str]]) -> None:
+    """One count per command: unlike wall time, it does not move with the host's load."""
+    counts = {label: instructions(argv) for label, argv in cases.items()}
+    print(f"{'command':<46} {'instructions (M)':>17}")
+    for label, count in counts.items():
+        print(f"{label:<46} {count / 1e6:>17.1f}")
+    for floor in (FLOOR, FLOOR_MODEL, FLOOR_GC):
+        print(f"render / {floor!r}: {counts[RENDER] / counts[floor]:.2f} (instructions)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions with valgrind (one run each) instead of timing",
+    )
     args = parser.parse_args()
     hpcjobs = [sys.executable, "-m", "hpcjobs"]
     render = [*hpcjobs, "--site", "dgx-h100-ib", "render", "-N", "16", "--", "python", "train.py"]
@@ -89,6 +125,9 @@ def main() -> None:
         ],
         RENDER: render,
     }  # fmt: skip
+    if args.instructions:
+        print_instructions(cases)
+        return
     print(f"{'command':<46} {'median ms':>10} {'min ms':>8} {'x bare':>7} {'goal':>6}")
     bare = None
     medians: dict[str, float] = {}
