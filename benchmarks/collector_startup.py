@@ -14,14 +14,14 @@ can be larger than it; many interleaved rounds here separate it.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 import time
 
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-ARGV = ["hpcjobs", "--site", "dgx-h100-ib", "render", "-N", "16", "--", "python", "train.py"]
+from cli_startup import ENV, RENDER_ARGS
+
+ARGV = ["hpcjobs", *RENDER_ARGS]
 ENTRIES = {
     "Python's collector settings (hpcjobs.cli.main)": "from hpcjobs.cli import main",
     "the command's (hpcjobs.__main__.main)": "from hpcjobs.__main__ import main",

@@ -29,9 +29,9 @@ _THRESHOLD_AFTER_MAIN = (
 )
 
 
-def _python(code: str) -> str:
+def _python(*args: str) -> str:
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, *args], capture_output=True, text=True, check=True, timeout=60
     )
     return out.stdout.strip()
 
@@ -40,20 +40,13 @@ def test_the_console_script_and_python_m_share_one_entry() -> None:
     with (ROOT / "pyproject.toml").open("rb") as handle:
         scripts = tomllib.load(handle)["project"]["scripts"]
     assert scripts["hpcjobs"] == "hpcjobs.__main__:main"
-    out = subprocess.run(
-        [sys.executable, "-m", "hpcjobs", "--version"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    assert out.stdout.startswith("hpcjobs, version ")
+    assert _python("-m", "hpcjobs", "--version").startswith("hpcjobs, version ")
 
 
 def test_the_command_raises_the_threshold_and_freezes_its_objects_as_it_ends() -> None:
-    assert _python(_THRESHOLD_AFTER_MAIN) == f"{GC_YOUNG_THRESHOLD} True"
+    assert _python("-c", _THRESHOLD_AFTER_MAIN) == f"{GC_YOUNG_THRESHOLD} True"
 
 
 def test_importing_hpcjobs_keeps_pythons_threshold() -> None:
-    default = _python("import gc; print(gc.get_threshold()[0])")
-    assert _python("import gc, hpcjobs, hpcjobs.cli; print(gc.get_threshold()[0])") == default
+    default = _python("-c", "import gc; print(gc.get_threshold()[0])")
+    assert _python("-c", "import gc, hpcjobs, hpcjobs.cli; print(gc.get_threshold()[0])") == default
