@@ -9,13 +9,14 @@ tenacity is imported on the first call: a command that never retries does not pa
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-log = logging.getLogger(__name__)
+from hpcjobs.logger import logger
+
+log = logger(__name__)
 
 T = TypeVar("T")
 

@@ -9,7 +9,6 @@ silently override the options hpcjobs passes. An SSH runner implements the same 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shlex
 import signal
@@ -19,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hpcjobs.errors import CommandError, CommandNotFoundError, CommandTimeoutError
+from hpcjobs.logger import logger
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 #: Environment prefixes that would change what sbatch/salloc/srun do behind our back.
 SCRUBBED_PREFIXES = ("SBATCH_", "SALLOC_", "SRUN_")

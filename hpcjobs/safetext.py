@@ -38,8 +38,11 @@ from hpcjobs.errors import BadInputError
 #: The largest count or budget accepted: Slurm's 32-bit fields and bash arithmetic hold it.
 MAX_COUNT = 2**31 - 1
 
-#: Characters safe text never holds: C0, DEL, C1, U+2028/U+2029 and lone surrogates.
-UNSAFE_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+#: Characters safe text never holds: C0, DEL, C1, U+2028/U+2029 and lone surrogates. A pattern
+#: string, compiled on first use: text that :meth:`str.isprintable` passes holds none of them
+#: (all are non-printable), so most text never needs it, and compiling it costs as much as
+#: importing a small module.
+UNSAFE_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]"
 
 #: An environment variable name (ASCII only).
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -121,7 +124,9 @@ def unsafe_reason(value: str, *, allow: str = "") -> str | None:
     Returns:
         A phrase such as ``"must not contain control characters (found a newline, U+000A)"``.
     """
-    for match in UNSAFE_CHARS.finditer(value):
+    if value.isprintable():
+        return None  # the common case, without the pattern
+    for match in re.finditer(UNSAFE_CHARS, value):
         char = match.group()
         if char in allow:
             continue
@@ -350,13 +355,15 @@ def check_env_name(
 # ---- names and templates -------------------------------------------------------------------
 
 
-def check_pattern(value: str, pattern: re.Pattern[str], what: str) -> str:
-    """``value`` unchanged if all of it matches ``pattern`` (:func:`re.fullmatch`).
+def check_pattern(value: str, pattern: re.Pattern[str] | str, what: str) -> str:
+    """``value`` unchanged if all of it matches ``pattern`` (:func:`re.fullmatch`). A pattern
+    given as a string is compiled on first use (``re`` keeps it): a module keeps a pattern that
+    only an uncommon value needs as a string, so that importing the module does not compile it.
 
     Raises:
         ValueError: It does not; the message is ``"{value!r} {what}"``.
     """
-    if not pattern.fullmatch(value):
+    if not re.fullmatch(pattern, value):
         raise ValueError(f"{value!r} {what}")
     return value
 

@@ -83,14 +83,9 @@ def _debug_enabled(ctx: click.Context) -> bool:
 
 
 def _configure_logging(verbose: int, quiet: int) -> None:
-    import logging  # here, not at the top: '--help' never gets this far
+    from hpcjobs.logger import configure  # here, not at the top: '--help' never gets this far
 
-    level = logging.WARNING - 10 * verbose + 10 * quiet
-    logging.basicConfig(
-        level=max(logging.DEBUG, min(level, logging.CRITICAL)),
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure(verbose - quiet)
 
 
 @click.group(

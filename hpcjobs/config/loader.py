@@ -17,9 +17,8 @@ import copy
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hpcjobs.config.locate import locate_site, select_site_for_host, user_config_file
 from hpcjobs.config.models import Requeue, Setup, SiteConfig, SlurmDefaults
@@ -29,7 +28,8 @@ from hpcjobs.config.yamlfile import YamlDoc, read_yaml_file
 from hpcjobs.errors import ConfigError
 from hpcjobs.safetext import parse_int
 
-_INDEX = re.compile(r"[0-9]{1,9}")
+#: A list index in a dotted key (a string: compiled on first use, see safetext.check_pattern).
+_INDEX = r"[0-9]{1,9}"
 
 #: The lowest layer: values every site gets unless its file says otherwise.
 #: Taken from the models' own defaults (config/models.py), so that each is written once; the
@@ -60,8 +60,7 @@ USER_KEYS = frozenset({"site", "sites", "slurm", "defaults", "setup", "requeue",
 _USER_OVERLAY_KEYS = USER_KEYS - {"site", "sites"}
 
 
-@dataclass(frozen=True)
-class Origin:
+class Origin(NamedTuple):
     """Where a value came from: a file and line, an environment variable, a flag or a default."""
 
     label: str
@@ -79,14 +78,13 @@ BUILTIN_ORIGIN = Origin("built-in")
 COMMAND_LINE_ORIGIN = Origin("command line")
 
 
-@dataclass
-class LoadedSite:
+class LoadedSite(NamedTuple):
     """A validated site config plus the origin of every value and the warnings found."""
 
     config: SiteConfig
     path: Path
     origins: dict[KeyPath, Origin]
-    warnings: list[Problem] = field(default_factory=list)
+    warnings: list[Problem]
     user_file: Path | None = None
 
     def origin_of(self, key: str | KeyPath) -> Origin:
@@ -103,10 +101,12 @@ class LoadedSite:
         return rows
 
 
-@dataclass
 class _Merged:
-    data: dict[str, Any] = field(default_factory=dict)
-    origins: dict[KeyPath, Origin] = field(default_factory=dict)
+    """The layers merged so far, and the origin of each key path."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+        self.origins: dict[KeyPath, Origin] = {}
 
     def apply(
         self, layer: Mapping[str, Any], origin_at: Callable[[KeyPath], Origin], base: KeyPath = ()
@@ -409,7 +409,7 @@ def _parse_key(key: str) -> KeyPath:
     """``"partitions.0.name"`` -> ``("partitions", 0, "name")``."""
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"invalid config key {key!r} (expected a dotted key such as slurm.qos)")
-    return tuple(int(p) if _INDEX.fullmatch(p) else p for p in key.split("."))
+    return tuple(int(p) if re.fullmatch(_INDEX, p) else p for p in key.split("."))
 
 
 def _leaves(value: Any, path: KeyPath) -> list[tuple[KeyPath, Any]]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from hpcjobs.config import SANDBOX_SITE, SITE_ENV
 from hpcjobs.config.problems import suggest
@@ -25,8 +25,7 @@ SUFFIXES = (".yaml", ".yml")
 SYSTEM_SITES_DIR = Path("/etc/hpcjobs/sites")
 
 
-@dataclass(frozen=True)
-class SiteEntry:
+class SiteEntry(NamedTuple):
     """A site config file found in one of the search folders."""
 
     name: str

@@ -12,7 +12,6 @@ from typing import Annotated, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     model_validator,
@@ -20,6 +19,7 @@ from pydantic import (
 
 from hpcjobs.config.cpulist import parse_cpulist
 from hpcjobs.config.fields import (
+    LazyInputBeforeValidator,
     SafeStr,
     no_control,
     signal_name,
@@ -43,8 +43,9 @@ OUTPUT_DIR_PLACEHOLDERS = frozenset({"job_name", "user", "site", "partition"})
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 _IFNAME = re.compile(r"[A-Za-z0-9_.:@-]+")
-#: A command name or an absolute path, as the job's shell finds it on the compute nodes.
-_COMMAND = re.compile(r"/?[A-Za-z0-9_.+][A-Za-z0-9_.+-]*(/[A-Za-z0-9_.+-]+)*")
+#: A command name or an absolute path, as the job's shell finds it on the compute nodes (a
+#: string: compiled on first use, see safetext.check_pattern).
+_COMMAND = r"/?[A-Za-z0-9_.+][A-Za-z0-9_.+-]*(/[A-Za-z0-9_.+-]+)*"
 
 
 def _name(value: str) -> str:
@@ -124,7 +125,7 @@ def _positive_rate(value: object) -> object:
 
 Rate = Annotated[
     float,
-    BeforeValidator(
+    LazyInputBeforeValidator(
         _positive_rate,
         json_schema_input_type=Annotated[float, Field(gt=0, lt=1e9)],
     ),
@@ -143,7 +144,7 @@ def _amount(value: object) -> object:
 #: An amount of money per hour, in the price's currency.
 Amount = Annotated[
     float,
-    BeforeValidator(_amount, json_schema_input_type=Annotated[float, Field(ge=0, lt=1e6)]),
+    LazyInputBeforeValidator(_amount, json_schema_input_type=Annotated[float, Field(ge=0, lt=1e6)]),
 ]
 _CURRENCY = re.compile(r"[A-Z]{3}")
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from hpcjobs.errors import ConfigError
 from hpcjobs.safetext import shown
@@ -38,8 +37,7 @@ def unknown_key(key: str, allowed: Iterable[str], *, noun: str = "key") -> str:
     return f"unknown {noun} {key!r}{hint}"
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """One problem in one config file."""
 
     message: str

@@ -7,8 +7,7 @@ they still run, and still find problems, when another part of the file has type 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -19,8 +18,7 @@ from hpcjobs.safetext import env_name_problem
 from hpcjobs.slurm.slurmtime import parse_slurm_time
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     """A problem at a key path, before it is tied to a file and line."""
 
     path: KeyPath

@@ -9,8 +9,8 @@ import re
 
 from hpcjobs.runtime.supervisor.signatures import DEFAULT_SIGNATURES, Signature, all_patterns
 
-# Perl and Python extensions that grep -E does not know.
-_NOT_ERE = re.compile(r"\\[dDwWsSbBAZz]|\(\?|[*+?}]\?")
+# Perl and Python extensions that grep -E does not know (a string: compiled on first use).
+_NOT_ERE = r"\\[dDwWsSbBAZz]|\(\?|[*+?}]\?"
 
 
 def check_ere(pattern: str) -> str:
@@ -23,7 +23,7 @@ def check_ere(pattern: str) -> str:
         re.compile(pattern)
     except re.error as exc:
         raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
-    if _NOT_ERE.search(pattern):
+    if re.search(_NOT_ERE, pattern):
         raise ValueError(
             f"{pattern!r} uses syntax grep -E does not know (\\d, \\w, \\s, (?...), lazy repeats): "
             "write [0-9], [A-Za-z0-9_], [[:space:]] instead"

@@ -6,7 +6,6 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,9 @@ from hpcjobs.safetext import is_safe
 #: Maps a key path to the (file, line) it came from.
 Locator = Callable[[KeyPath], tuple[str | None, int | None]]
 
-_SCHEMA_TAG = re.compile(
+#: pydantic's names for the inner steps of a schema in an error's location (a string:
+#: compiled on first use, only for an invalid config).
+_SCHEMA_TAG = (
     r"^(constrained-[a-z]+|"
     r"(function-[a-z]+|json-or-python|lax-or-strict|tagged-union|union|chain)\[.*)$"
 )
@@ -35,13 +36,15 @@ _TYPE_ERRORS_WITH_INPUT = (
 )
 
 
-@dataclass
 class ValidationReport:
     """The outcome of validating one config: the model when valid, and all problems."""
 
-    source: str
-    config: SiteConfig | None = None
-    problems: list[Problem] = field(default_factory=list)
+    def __init__(
+        self, source: str, config: SiteConfig | None = None, problems: list[Problem] | None = None
+    ) -> None:
+        self.source = source
+        self.config = config
+        self.problems: list[Problem] = problems if problems is not None else []
 
     @property
     def errors(self) -> list[Problem]:
@@ -92,7 +95,7 @@ def ssh_findings(data: Mapping[str, Any]) -> list[Finding]:
     if not data.get("login_hosts") and not data.get("host_keys"):
         return []  # nothing to check (and the SSH side need not be loaded)
     from hpcjobs.errors import BadInputError
-    from hpcjobs.remote.hostkeys import login_key_names, parse_pinned_line
+    from hpcjobs.remote.hostspec import login_key_names
 
     findings: list[Finding] = []
     hosts = data.get("login_hosts")
@@ -112,7 +115,11 @@ def ssh_findings(data: Mapping[str, Any]) -> list[Finding]:
     if have_hosts and not names:
         names = ["login-host"]  # every login host is invalid (reported above): still check keys
     keys = data.get("host_keys")
-    for index, line in enumerate(keys if isinstance(keys, list) else []):
+    if not keys or not isinstance(keys, list):
+        return findings
+    from hpcjobs.remote.hostkeys import parse_pinned_line  # here: only pinned keys need it
+
+    for index, line in enumerate(keys):
         if not isinstance(line, str) or not is_safe(line):
             continue
         try:
@@ -226,7 +233,7 @@ def _unwrap(annotation: Any) -> Any:
 
 def _is_schema_tag(part: str | int) -> bool:
     """Pydantic inserts tags such as ``function-after[...]`` or ``nullable`` into some paths."""
-    return isinstance(part, str) and bool(_SCHEMA_TAG.match(part))
+    return isinstance(part, str) and bool(re.match(_SCHEMA_TAG, part))
 
 
 def _clean(message: str) -> str:

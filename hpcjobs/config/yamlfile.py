@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -147,14 +146,14 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
-@dataclass
 class YamlDoc:
     """A parsed YAML document: its data, the line of each key path, and any problems."""
 
-    source: str
-    data: Any = None
-    lines: dict[KeyPath, int] = field(default_factory=dict)
-    problems: list[Problem] = field(default_factory=list)
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.data: Any = None
+        self.lines: dict[KeyPath, int] = {}
+        self.problems: list[Problem] = []
 
     @property
     def ok(self) -> bool:

@@ -8,10 +8,10 @@ the job, so every ``python X.py`` job, or every resubmission with the same ``-J`
 arguments, would share it.
 
 So each checkpoint folder carries a ``RUN`` file naming the run that owns it: a fingerprint of
-what makes a run that run (:func:`run_identity`: the command with its arguments, the job's own
-environment variables, the container, the working directory). Resources are not part of it: the
-same run may continue on more or fewer nodes. At submit time :func:`prepare_run_folder` compares
-the folder's owner with the new job:
+what makes a run that run (:func:`~hpcjobs.jobs.runidentity.run_identity`: the command with
+its arguments, the job's own environment variables, the container, the working directory).
+Resources are not part of it: the same run may continue on more or fewer nodes. At submit time
+:func:`prepare_run_folder` compares the folder's owner with the new job:
 
 * empty or missing folder: it is created (mode 0700) and claimed;
 * the same fingerprint: the run continues from its newest checkpoint; if it already finished
@@ -31,7 +31,6 @@ works the same on this machine and on a login node over SSH.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import posixpath
 import re
@@ -42,7 +41,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 from hpcjobs.errors import BadInputError, CommandError, HpcJobsError
-from hpcjobs.runtime.checkpoint import DONE, ENV_FINGERPRINT, ENV_RUN_FILE, RUN_FILE
+from hpcjobs.jobs.runidentity import fingerprint
+from hpcjobs.runtime.jobenv import DONE, RUN_FILE
 
 if TYPE_CHECKING:  # a render needs no runner: it only fingerprints the run
     from hpcjobs.runner import Result, Runner
@@ -57,27 +57,6 @@ _FLAGS = (
     "--fresh (start over; the old folder is kept under a new name) "
     "or --resume (continue from its checkpoints)"
 )
-
-
-def run_identity(
-    command: Sequence[str],
-    env: Mapping[str, str],
-    container: Mapping[str, Any] | None,
-    workdir: str,
-) -> dict[str, Any]:
-    """What makes a run the same run: command, job variables, container, working directory."""
-    return {
-        "command": list(command),
-        "env": dict(sorted(env.items())),
-        "container": dict(container) if container else None,
-        "workdir": workdir,
-    }
-
-
-def fingerprint(identity: Mapping[str, Any]) -> str:
-    """A short, stable digest of :func:`run_identity`."""
-    body = json.dumps(identity, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(body.encode()).hexdigest()[:20]
 
 
 @dataclass(frozen=True)
@@ -241,7 +220,7 @@ def prepare_run_folder(
         runner: runs ``ls``/``cat``/``mkdir``/``mv`` where the job is submitted.
         files: a :class:`hpcjobs.jobs.records.FileStore` there, to write the RUN file.
         path: the checkpoint folder (absolute, as the job sees it).
-        identity: :func:`run_identity` of the new job.
+        identity: :func:`~hpcjobs.jobs.runidentity.run_identity` of the new job.
         reuse: what to do with a folder of another run: ``fresh`` or ``resume``.
         dry_run: only decide; change nothing.
         queued: whether any of these job ids is still in Slurm's queue (one query); asked
@@ -360,15 +339,10 @@ def _first_line(text: str) -> str:
 
 
 __all__ = [
-    "ENV_FINGERPRINT",
-    "ENV_RUN_FILE",
-    "RUN_FILE",
     "FolderState",
     "Prepared",
     "Reuse",
     "decide",
-    "fingerprint",
     "inspect_folder",
     "prepare_run_folder",
-    "run_identity",
 ]

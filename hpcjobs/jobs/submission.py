@@ -22,33 +22,32 @@ chunks so that at most N tasks run at once in total.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from hpcjobs import __version__
 from hpcjobs.errors import BadInputError, HpcJobsError, SlurmError
 from hpcjobs.jobs.records import FileStore, LocalFiles, record_text, remember
 from hpcjobs.jobs.supervisorapp import write_supervisor
+from hpcjobs.logger import logger
 from hpcjobs.safetext import require_safe
-from hpcjobs.slurm.arrays import ArrayChunk, parse_array, split_array
 from hpcjobs.slurm.sbatchline import DEFAULT_MAX_ARRAY_SIZE, sbatch_argv
 
 if TYPE_CHECKING:
+    from hpcjobs.slurm.arrays import ArrayChunk
     from hpcjobs.slurm.client import SlurmClient
-
-log = logging.getLogger(__name__)
 
 OFFSET_VAR = "HPCJOBS_ARRAY_OFFSET"
 TASK_VAR = "HPCJOBS_ARRAY_TASK_ID"
 DEPENDENCY_TYPES = ("afterok", "afterany", "afternotok")
 
-_AFTER = re.compile(r"([0-9]+(?:_[0-9]+)?)(?::(afterok|afterany|afternotok))?")
+#: One ``--after`` item (a string: compiled on first use, for a job that has one).
+_AFTER = r"([0-9]+(?:_[0-9]+)?)(?::(afterok|afterany|afternotok))?"
 
 
 class ArrayLimitSource(Protocol):
@@ -84,8 +83,7 @@ class RenderedJobLike(Protocol):
     def identity(self) -> Mapping[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class SubmitResult:
+class SubmitResult(NamedTuple):
     """What a submission produced."""
 
     job_ids: list[str]
@@ -103,8 +101,7 @@ class SubmitResult:
         }
 
 
-@dataclass
-class SubmissionPlan:
+class SubmissionPlan(NamedTuple):
     """Everything one submission will send, decided before anything is written or sent.
 
     ``submit --dry-run`` prints it; :func:`submit_rendered` carries it out. Building it runs
@@ -115,7 +112,7 @@ class SubmissionPlan:
     base_args: list[str]
     array: str | None
     comment: str | None = None
-    chunks: list[ArrayChunk] = field(default_factory=list)
+    chunks: Sequence[ArrayChunk] = ()
     max_array_size: int | None = None
 
     @property
@@ -183,6 +180,8 @@ def plan_submission(
         args.append(f"--dependency={dependency}")
     if array is None:
         return SubmissionPlan(args, None, comment)
+    from hpcjobs.slurm.arrays import parse_array, split_array  # here: most jobs are no array
+
     spec = parse_array(array)
     limit = max_array_size
     if limit is None:
@@ -258,7 +257,7 @@ def submit_rendered(
     try:
         for index, (chunk_args, script, chunk_token) in enumerate(plan.calls(folder, token)):
             job_ids.append(client.submit(script, chunk_args, token=chunk_token, comment=comment))
-            log.info("submitted chunk %d as job %s", index, job_ids[-1])
+            logger(__name__).info("submitted chunk %d as job %s", index, job_ids[-1])
     except HpcJobsError as exc:
         record.update(state="partial" if job_ids else "failed", job_ids=job_ids, error=exc.message)
         store.write_text(str(record_path), record_text(record))
@@ -295,7 +294,7 @@ def parse_after(items: Sequence[str]) -> list[tuple[str, str]]:
     """
     parsed = []
     for item in items:
-        match = _AFTER.fullmatch(item.strip())
+        match = re.fullmatch(_AFTER, item.strip())
         if not match:
             raise BadInputError(
                 f"bad dependency {item!r}",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import os
 import socket
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ import paramiko
 
 from hpcjobs.backoff import Backoff
 from hpcjobs.errors import TransportError
+from hpcjobs.logger import logger
 from hpcjobs.remote import policy as retry_policy
 from hpcjobs.remote.hostkeys import (
     ChangedHostKeyError,
@@ -39,7 +39,7 @@ from hpcjobs.remote.hostkeys import (
 from hpcjobs.remote.policy import CONNECT_RETRY, AuthenticationError, TransientTransportError
 from hpcjobs.remote.sshconfig import Target
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 AUTH_TIMEOUT_S = 30.0
 KEEPALIVE_S = 30

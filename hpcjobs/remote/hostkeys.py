@@ -14,7 +14,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-import logging
 import os
 import re
 import secrets
@@ -27,13 +26,14 @@ from typing import TYPE_CHECKING
 
 from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR
 from hpcjobs.errors import ConfigError, TransportError
-from hpcjobs.remote.hostspec import format_host_port, parse_host_spec
+from hpcjobs.logger import logger
+from hpcjobs.remote.hostspec import login_key_names
 from hpcjobs.textlines import split_lines
 
 if TYPE_CHECKING:
     from hpcjobs.remote.sshconfig import Target
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 #: The system-wide known hosts files OpenSSH reads (``GlobalKnownHostsFile``).
 GLOBAL_KNOWN_HOSTS = (Path("/etc/ssh/ssh_known_hosts"), Path("/etc/ssh/ssh_known_hosts2"))
@@ -72,7 +72,8 @@ class KnownKey:
         return fingerprint(self.blob)
 
     def matches(self, name: str) -> bool:
-        """Whether this entry applies to host ``name`` (as :func:`format_host_port` writes it)."""
+        """Whether this entry applies to host ``name`` (as
+        :func:`~hpcjobs.remote.hostspec.format_host_port` writes it)."""
         return host_matches(self.patterns, name)
 
 
@@ -341,15 +342,6 @@ PINNED_HINT = (
 )
 
 
-def login_key_names(login_hosts: Sequence[str]) -> list[str]:
-    """The ``known_hosts`` names of the site's login hosts (``host``, or ``[host]:port``).
-
-    Raises:
-        BadInputError: A login host is malformed (as ``--host`` would find it).
-    """
-    return [_login_key_name(h) for h in login_hosts]
-
-
 def parse_pinned_line(line: str, login_names: Sequence[str], source: str) -> KnownKey | None:
     """One pinned ``host_keys`` line; a line without host names applies to ``login_names``.
 
@@ -413,11 +405,6 @@ def append_known_host(
             prefix = b"\n"
         handle.write(prefix + line.encode("ascii") + b"\n")
     return line
-
-
-def _login_key_name(spec: str) -> str:
-    parsed = parse_host_spec(spec)
-    return format_host_port(parsed.host, parsed.port or 22)
 
 
 def _hashed_matches(pattern: str, name: str) -> bool:

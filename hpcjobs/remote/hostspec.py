@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from hpcjobs.errors import BadInputError
 from hpcjobs.safetext import is_safe, parse_int
@@ -11,15 +12,15 @@ from hpcjobs.safetext import is_safe, parse_int
 #: The ``--host`` value that means "the login hosts listed in the site config".
 SITE_LOGIN_HOSTS = "@site"
 
-_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
+# User names and IPv6 addresses are rare in a site config: strings, compiled on first use.
+_USER = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}"
 _HOST = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,252})")
-_IPV6 = re.compile(r"[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?")
+_IPV6 = r"[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?"
 
 _FORMAT_HINT = "use [user@]host[:port], for example alice@login1.cluster.example:22"
 
 
-@dataclass(frozen=True)
-class HostSpec:
+class HostSpec(NamedTuple):
     """A parsed host argument. ``user`` and ``port`` are None when not given."""
 
     host: str
@@ -51,19 +52,19 @@ def parse_host_spec(text: str) -> HostSpec:
     user: str | None = None
     if "@" in text:
         user, text = text.rsplit("@", 1)
-        if not _USER.fullmatch(user):
+        if not re.fullmatch(_USER, user):
             raise BadInputError(f"invalid user name in host {raw!r}", hint=_FORMAT_HINT)
     port: int | None = None
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
-        if not sep or not _IPV6.fullmatch(host):
+        if not sep or not re.fullmatch(_IPV6, host):
             raise BadInputError(f"invalid bracketed address in host {raw!r}", hint=_FORMAT_HINT)
         if rest:
             if not rest.startswith(":"):
                 raise BadInputError(f"invalid host {raw!r}", hint=_FORMAT_HINT)
             port = _port(rest[1:], raw)
     elif text.count(":") > 1:
-        if not _IPV6.fullmatch(text):
+        if not re.fullmatch(_IPV6, text):
             raise BadInputError(f"invalid address in host {raw!r}", hint=_FORMAT_HINT)
         host = text
     else:
@@ -81,6 +82,19 @@ def parse_host_spec(text: str) -> HostSpec:
 def format_host_port(host: str, port: int) -> str:
     """``host`` for port 22, else ``[host]:port``: the form ``known_hosts`` files use."""
     return host if port == 22 else f"[{host}]:{port}"
+
+
+def login_key_names(login_hosts: Sequence[str]) -> list[str]:
+    """The ``known_hosts`` names of the site's login hosts (``host``, or ``[host]:port``).
+
+    Raises:
+        BadInputError: A login host is malformed (as ``--host`` would find it).
+    """
+    names = []
+    for spec in login_hosts:
+        parsed = parse_host_spec(spec)
+        names.append(format_host_port(parsed.host, parsed.port or 22))
+    return names
 
 
 def _port(text: str, raw: str) -> int:

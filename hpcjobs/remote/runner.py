@@ -10,7 +10,6 @@ for a non-zero exit. Connection, authentication and host key problems raise
 from __future__ import annotations
 
 import contextlib
-import logging
 import select
 import shlex
 import threading
@@ -29,6 +28,7 @@ from hpcjobs.errors import (
     CommandTimeoutError,
     TransportError,
 )
+from hpcjobs.logger import logger
 from hpcjobs.remote.command import remote_command
 from hpcjobs.remote.hostkeys import KnownHosts, TrustSources
 from hpcjobs.remote.hostspec import SITE_LOGIN_HOSTS, parse_host_spec
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from hpcjobs.remote.connect import Connection
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 RemotePath = str | PurePosixPath
 _T = TypeVar("_T")

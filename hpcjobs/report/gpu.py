@@ -24,7 +24,7 @@ from hpcjobs.textlines import split_lines
 
 #: A GPU whose mean utilisation stays below this (percent) sat idle.
 IDLE_UTIL = 5.0
-# The fields and their order: hpcjobs.runtime.checkpoint.GPU_QUERY, which the renderer hands
+# The fields and their order: hpcjobs.runtime.jobenv.GPU_QUERY, which the renderer hands
 # to the batch script's sampler.
 
 

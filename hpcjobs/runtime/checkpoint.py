@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR, write_atomic
 from hpcjobs.errors import BadInputError
+from hpcjobs.runtime.jobenv import DONE, ENV_FINGERPRINT, ENV_RUN_FILE
 
 if TYPE_CHECKING:
     from hpcjobs.runtime.progress import ProgressWriter
@@ -44,22 +45,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COMPLETE = "COMPLETE"
-DONE = "DONE"
 PROGRESS = "PROGRESS"
 ENV_DIR = "HPCJOBS_CHECKPOINT_DIR"
 #: The folder of per-rank progress reports (contract: :mod:`hpcjobs.runtime.progress`).
 ENV_PROGRESS_DIR = "HPCJOBS_PROGRESS_DIR"
-#: Seconds between GPU telemetry samples in the job; 0 turns the sampler off (hpcjobs.report.gpu).
-ENV_GPU_INTERVAL = "HPCJOBS_GPU_MONITOR_INTERVAL"
-#: The ``nvidia-smi --query-gpu`` fields the job's sampler asks for, in this order.
-ENV_GPU_QUERY = "HPCJOBS_GPU_QUERY"
-GPU_QUERY = "timestamp,index,uuid,utilization.gpu,memory.used,memory.total"
-#: The file in a checkpoint folder that names the training owning it
-#: (see :mod:`hpcjobs.jobs.checkpointclaim`).
-RUN_FILE = "RUN"
-#: What the batch script exports: this job's run fingerprint, and the RUN file it must match.
-ENV_FINGERPRINT = "HPCJOBS_RUN_FINGERPRINT"
-ENV_RUN_FILE = "HPCJOBS_RUN_FILE"
 _STEP_RE = re.compile(r"^step-(\d{9,})$")
 _TMP_RE = re.compile(r"^step-(\d{9,})\.tmp-")
 #: Temporary folders younger than this may belong to a save still in progress elsewhere.

@@ -26,13 +26,9 @@ from datetime import timedelta
 from typing import Any
 
 from hpcjobs.errors import BadInputError
+from hpcjobs.runtime.jobenv import PORT_BASE, PORT_SPAN
 
 log = logging.getLogger(__name__)
-
-#: MASTER_PORT = PORT_BASE + job_id % PORT_SPAN: inside the unprivileged range, below the
-#: usual ephemeral range (32768+), away from torchrun's default 29500.
-PORT_BASE = 20000
-PORT_SPAN = 10000
 
 
 def master_port(job_id: int | str | None) -> int:

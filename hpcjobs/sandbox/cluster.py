@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import logging
 import os
 import secrets
 import socket
@@ -23,6 +22,7 @@ from typing import Any
 from hpcjobs.atomicfile import PRIVATE_DIR, READABLE, write_atomic
 from hpcjobs.backoff import Backoff
 from hpcjobs.errors import CommandError, SandboxError
+from hpcjobs.logger import logger
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.sandbox import confgen, packages, procs
 from hpcjobs.sandbox.layout import CLUSTER_NAME, Layout, Settings, default_state_dir
@@ -33,7 +33,7 @@ from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.slurm.parse import parse_scontrol_records
 from hpcjobs.textlines import split_lines
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 Progress = Callable[[str], None]
 

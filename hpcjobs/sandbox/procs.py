@@ -8,7 +8,6 @@ a Slurm, MariaDB or munge that somebody else started.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import subprocess
@@ -17,8 +16,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from hpcjobs.errors import SandboxError
+from hpcjobs.logger import logger
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 MARKER = "HPCJOBS_SANDBOX_DIR"
 

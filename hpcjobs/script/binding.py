@@ -22,15 +22,14 @@ Contiguous runs of the cpulist (for example the cores ``0-55`` and their hyperth
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hpcjobs.config.cpulist import format_cpulist
 from hpcjobs.config.models import Nic, NumaDomain, Topology
 from hpcjobs.errors import BadInputError
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(NamedTuple):
     """What one GPU (GPU jobs) or one local rank (CPU jobs) is bound to."""
 
     key: int
@@ -45,8 +44,7 @@ class Slot:
         return format_cpulist(self.cpus)
 
 
-@dataclass(frozen=True)
-class RankBinding:
+class RankBinding(NamedTuple):
     """The placement of one local rank."""
 
     local_rank: int
@@ -76,8 +74,7 @@ class RankBinding:
         return ",".join(self.nics)
 
 
-@dataclass(frozen=True)
-class BindingPlan:
+class BindingPlan(NamedTuple):
     """The placement of every local rank of a node.
 
     ``by_gpu`` tells how the script looks a rank up: by the GPUs Slurm gave it (``slots`` keyed

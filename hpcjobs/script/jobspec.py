@@ -10,18 +10,17 @@ accepted anywhere; quotes, ``$( )``, spaces and non-ASCII text are fine, because
 quotes every value. Numbers, signal and variable names follow the same module's rules.
 """
 
-import logging
 import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from hpcjobs.config.fields import (
+    LazyInputBeforeValidator,
     SafeStr,
     SignalName,
     no_control,
@@ -32,6 +31,7 @@ from hpcjobs.config.fields import (
 from hpcjobs.config.launchers import LAUNCHERS, Launcher
 from hpcjobs.config.models import MaxRequeues, Partition, SiteConfig
 from hpcjobs.errors import BadInputError
+from hpcjobs.logger import logger
 from hpcjobs.safetext import (
     MAX_COUNT,
     check_env_name,
@@ -59,17 +59,16 @@ MAX_SIGNAL_LEAD = 65535
 #: How much earlier than its lead Slurm may send the warning signal (sbatch(1), --signal).
 SIGNAL_EARLY_S = 60
 
-log = logging.getLogger(__name__)
-
 _WORD = re.compile(r"[A-Za-z0-9._-]+")
 _ARRAY_ITEM = r"[0-9]+(?:-[0-9]+(?::[0-9]+)?)?"
-_ARRAY = re.compile(rf"{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%[0-9]+)?")
+# Arrays, dependencies and signal times are rare in a job: strings, compiled on first use.
+_ARRAY = rf"{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%[0-9]+)?"
 _DEPENDENCY_ITEM = (
     r"(?:singleton|(?:after|afterany|afterburstbuffer|aftercorr|afternotok|afterok)"
     r"(?::[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?)+)"
 )
-_DEPENDENCY = re.compile(rf"{_DEPENDENCY_ITEM}(?:[,?]{_DEPENDENCY_ITEM})*")
-_SIGNAL_AT = re.compile(r"(?:B:)?([A-Za-z0-9]+)?(?:@([0-9]+))?")
+_DEPENDENCY = rf"{_DEPENDENCY_ITEM}(?:[,?]{_DEPENDENCY_ITEM})*"
+_SIGNAL_AT = r"(?:B:)?([A-Za-z0-9]+)?(?:@([0-9]+))?"
 _NUMBER = re.compile(r"[0-9]+")
 
 #: Variables hpcjobs sets for every rank; a job may not set them itself.
@@ -191,7 +190,7 @@ Mount = Annotated[str, AfterValidator(no_control), AfterValidator(_mount)]
 Program = Annotated[
     str, Field(min_length=1), AfterValidator(no_control), AfterValidator(check_not_option)
 ]
-Flag = Annotated[bool, BeforeValidator(_strict_bool, json_schema_input_type=bool)]
+Flag = Annotated[bool, LazyInputBeforeValidator(_strict_bool, json_schema_input_type=bool)]
 
 
 class _Model(BaseModel):
@@ -243,7 +242,7 @@ class JobSpec(_Model):
     launcher: Launcher | None = None
     command: Annotated[
         list[Text],
-        BeforeValidator(_command, json_schema_input_type=str | list[str]),
+        LazyInputBeforeValidator(_command, json_schema_input_type=str | list[str]),
         AfterValidator(_program),
     ] = []
     env: dict[EnvName, Text] = {}
@@ -358,7 +357,7 @@ def parse_signal_option(value: str) -> dict[str, Any]:
         BadInputError: The value is not of that form.
     """
     hint = "for example --signal USR2@300: send SIGUSR2 300 s before the time limit"
-    match = _SIGNAL_AT.fullmatch(value)
+    match = re.fullmatch(_SIGNAL_AT, value)
     if not match or not any(match.groups()):
         raise BadInputError(f"--signal {value!r} is not of the form SIG[@SECONDS]", hint=hint)
     result: dict[str, Any] = {}
@@ -399,8 +398,7 @@ def job_name_for_path(name: str) -> str:
     return cleaned[:100]
 
 
-@dataclass(frozen=True)
-class Where:
+class Where(NamedTuple):
     """Where the job is submitted from: paths and ``~`` resolve there.
 
     For a remote (SSH) submission ``home`` and ``user`` are the login node's, and relative
@@ -588,7 +586,9 @@ def _resolve_requeue(policy: RequeuePolicy, site: SiteConfig, time_s: int | None
             hint=_short_time_hint(signal, lead, time_s),
         )
     if signal == "USR1":
-        log.warning("NCCL installs its own SIGUSR1 handler; USR2 is the safer warning signal")
+        logger(__name__).warning(
+            "NCCL installs its own SIGUSR1 handler; USR2 is the safer warning signal"
+        )
     budget: dict[str, int] = site.requeue.max_requeues.model_dump()
     for cause, count in policy.max_requeues.items():
         budget[cause] = count

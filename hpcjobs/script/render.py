@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hpcjobs.config.models import Partition, SiteConfig, Topology
 from hpcjobs.errors import BadInputError
-from hpcjobs.jobs.checkpointclaim import (
-    ENV_FINGERPRINT,
-    ENV_RUN_FILE,
-    RUN_FILE,
-    fingerprint,
-    run_identity,
-)
+from hpcjobs.jobs.runidentity import fingerprint, run_identity
 from hpcjobs.jobs.supervisorapp import supervisor_path
-from hpcjobs.runtime.checkpoint import ENV_GPU_INTERVAL, ENV_GPU_QUERY, GPU_QUERY
-from hpcjobs.runtime.distributed import PORT_BASE, PORT_SPAN
+from hpcjobs.runtime.jobenv import (
+    ENV_FINGERPRINT,
+    ENV_GPU_INTERVAL,
+    ENV_GPU_QUERY,
+    ENV_RUN_FILE,
+    GPU_QUERY,
+    PORT_BASE,
+    PORT_SPAN,
+    RUN_FILE,
+)
 from hpcjobs.runtime.supervisor.cli import ENV_PYTHON
 from hpcjobs.runtime.supervisor.names import ENV_OUTPUT_DIR, LEGACY_ENV_OUTPUT_DIR
 from hpcjobs.script.binding import BindingPlan, plan_binding
@@ -48,14 +49,13 @@ from hpcjobs.script.tuning import EnvVar, is_tuning_var, tuning_env
 _DIRECTIVE_SAFE = re.compile(r"--[a-z][a-z-]*(=[A-Za-z0-9._:@%/+,=-]+)?")
 
 
-@dataclass(frozen=True)
-class RenderedJob:
+class RenderedJob(NamedTuple):
     """A rendered job: the script, the ``sbatch`` options, and what they were made from.
 
     ``sbatch_args`` holds options only: run ``sbatch [--parsable] *sbatch_args SCRIPT``.
     ``blocks`` maps each block (and ``main``) to the template file that served it.
     ``identity`` is what makes this training the same training
-    (:func:`hpcjobs.jobs.checkpointclaim.run_identity`); its fingerprint is in the script, and
+    (:func:`hpcjobs.jobs.runidentity.run_identity`); its fingerprint is in the script, and
     the checkpoint folder's RUN file must match it.
     """
 
@@ -65,9 +65,9 @@ class RenderedJob:
     site_name: str
     output_dir: Path
     blocks: dict[str, str]
+    env: list[EnvVar]
+    identity: dict[str, Any]
     binding: BindingPlan | None = None
-    env: list[EnvVar] = field(default_factory=list)
-    identity: dict[str, Any] = field(default_factory=dict)
     #: Where the script runs its supervisor from (``hpcjobs submit`` writes it there).
     supervisor: Path | None = None
 

@@ -20,9 +20,8 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jinja2
 
@@ -62,8 +61,7 @@ class Raw(str):
     __slots__ = ()
 
 
-@dataclass(frozen=True)
-class TemplateSource:
+class TemplateSource(NamedTuple):
     """The file that serves one template name, and which search folder it came from."""
 
     name: str

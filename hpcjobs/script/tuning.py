@@ -11,7 +11,7 @@ debug profile.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hpcjobs.config.models import Partition, SiteConfig, Topology
 from hpcjobs.config.ncclvars import DEBUG_NCCL_VARS, QUIET_DEBUG_LEVELS
@@ -23,8 +23,7 @@ TUNING_PREFIXES = ("NCCL_", "UCX_", "GLOO_", "TORCH_NCCL_", "FI_", "OMPI_MCA_")
 DEFAULT_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 
-@dataclass(frozen=True)
-class EnvVar:
+class EnvVar(NamedTuple):
     """An exported variable, its value, and where the value came from."""
 
     name: str

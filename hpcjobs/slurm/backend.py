@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import getpass
 import importlib
-import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,12 +19,13 @@ from types import ModuleType
 from typing import Any
 
 from hpcjobs.errors import BadInputError
+from hpcjobs.logger import logger
 from hpcjobs.runner import LocalRunner, Runner
 from hpcjobs.slurm import parse
 from hpcjobs.slurm.client import SlurmClient, check_job_ids
 from hpcjobs.slurm.statusquery import row_matches
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 BACKENDS = ("cli", "pyslurm", "auto")
 ENV_VAR = "HPCJOBS_SLURM_BACKEND"

@@ -11,7 +11,6 @@ adopts it.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Protocol, TypeVar
 
 from hpcjobs.backoff import Backoff
 from hpcjobs.errors import BadInputError, CommandError, CommandNotFoundError, SlurmError
+from hpcjobs.logger import logger
 from hpcjobs.runner import Result, Runner
 from hpcjobs.slurm import clusterinfo, parse, retry, usage
 from hpcjobs.slurm.classify import (
@@ -38,7 +38,7 @@ from hpcjobs.slurm.sbatchline import (
 )
 from hpcjobs.textlines import split_lines
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 T = TypeVar("T")
 

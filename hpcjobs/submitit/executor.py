@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import shlex
 import time
@@ -16,6 +15,7 @@ from hpcjobs.config.models import SiteConfig
 from hpcjobs.errors import BadInputError
 from hpcjobs.jobs.records import make_private_dir
 from hpcjobs.jobs.submit import submit_run
+from hpcjobs.logger import logger
 from hpcjobs.runner import LocalRunner
 from hpcjobs.script.jobspec import JobSpec, parse_spec, resolve_spec
 from hpcjobs.script.render import RenderedJob, render_job
@@ -39,7 +39,7 @@ from hpcjobs.submitit.params import (
 from hpcjobs.submitit.pickles import link_pickle, write_pickle
 from hpcjobs.submitit.task import TASK_MODULE
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 
 class HpcExecutor(submitit_slurm.SlurmExecutor):

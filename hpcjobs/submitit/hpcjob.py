@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,13 +10,14 @@ from typing import Any, TypeVar
 
 from hpcjobs.errors import HpcJobsError
 from hpcjobs.jobs.chain import Chain, chain_file, read_chain
+from hpcjobs.logger import logger
 from hpcjobs.runner import LocalRunner
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.submitit.compat import slurm as submitit_slurm
 from hpcjobs.submitit.compat import utils
 from hpcjobs.textlines import split_lines
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 R = TypeVar("R", covariant=True)
 

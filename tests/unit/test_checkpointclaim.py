@@ -11,16 +11,15 @@ import pytest
 from hpcjobs.config.loader import load_site
 from hpcjobs.errors import BadInputError
 from hpcjobs.jobs.checkpointclaim import (
-    RUN_FILE,
     FolderState,
     decide,
-    fingerprint,
     inspect_folder,
     prepare_run_folder,
-    run_identity,
 )
 from hpcjobs.jobs.records import LocalFiles
+from hpcjobs.jobs.runidentity import fingerprint, run_identity
 from hpcjobs.runner import LocalRunner
+from hpcjobs.runtime.jobenv import RUN_FILE
 from hpcjobs.script.jobspec import Where, parse_spec
 from hpcjobs.script.render import render_job
 from tests.eventlines import events_in

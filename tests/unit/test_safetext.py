@@ -90,6 +90,16 @@ def test_reasons_name_the_character() -> None:
     assert shown("a\nb") == "'a\\nb'"
 
 
+def test_every_code_point_is_judged_by_the_documented_set() -> None:
+    """The printable fast path and the pattern agree on all of Unicode: exactly C0, DEL, C1,
+    U+2028/U+2029 and the surrogates are refused, alone or inside other text."""
+    unsafe = {*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, *range(0xD800, 0xE000)}
+    for code in range(0x110000):
+        char = chr(code)
+        assert is_safe(char) is (code not in unsafe), hex(code)
+        assert is_safe(f"a{char}b") is (code not in unsafe), hex(code)
+
+
 @pytest.mark.parametrize(
     ("text", "expected"), [("0", 0), ("7", 7), ("007", 7), (str(MAX_COUNT), MAX_COUNT)]
 )

@@ -7,9 +7,9 @@ refused, so that a script and a supervisor of different hpcjobs releases never h
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from .causes import CAUSES
 
@@ -17,14 +17,17 @@ from .causes import CAUSES
 FORMAT = 1
 
 
-@dataclasses.dataclass(frozen=True)
-class Policy:
+class Policy(NamedTuple):
+    """The policy one job runs under. A NamedTuple, not a dataclass: the renderer builds one on
+    every render, and a NamedTuple class costs a fraction of a dataclass to define. Its sequence
+    and mapping fields are read-only (their defaults are shared)."""
+
     signal: str = "USR2"  #: the warning signal, without SIG
     lead: int = 300  #: seconds before the time limit it comes
     #: The signals forwarded to the step.
-    forward: list[str] = dataclasses.field(default_factory=lambda: ["USR2", "TERM"])
+    forward: Sequence[str] = ["USR2", "TERM"]
     #: Requeues allowed per cause (a cause left out allows none).
-    budgets: dict[str, int] = dataclasses.field(default_factory=dict)
+    budgets: Mapping[str, int] = {}
     max_total: int | None = None  #: requeues allowed in total (None: no limit)
     standby: bool = True  #: keep a standby (False for --no-requeue)
     stall_timeout: int = 0  #: seconds without progress that make a stall (0: no watch)
@@ -33,9 +36,9 @@ class Policy:
     health_check: str = ""  #: shell command run on a suspect before it is excluded
     health_timeout: int = 60
     #: The site's infrastructure signatures (grep -E), searched after hpcjobs' own.
-    patterns: list[str] = dataclasses.field(default_factory=list)
+    patterns: Sequence[str] = []
     #: The sbatch options a continuation is submitted with.
-    sbatch_args: list[str] = dataclasses.field(default_factory=list)
+    sbatch_args: Sequence[str] = []
     #: The nodes a run takes (0: all of the job's).
     nodes: int = 0
     #: Nodes the job holds beyond ``nodes``, to replace a lost or suspect node within the job
@@ -67,7 +70,7 @@ def parse(text: str) -> Policy:
         raise ValueError("the policy is not a JSON object")
     if data.pop("format", None) != FORMAT:
         raise ValueError(f"the policy is not in format {FORMAT}")
-    known = {f.name for f in dataclasses.fields(Policy)}
+    known = set(Policy._fields)
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"unknown policy field(s): {', '.join(unknown)}")
@@ -79,5 +82,5 @@ def parse(text: str) -> Policy:
 
 def dump(policy: Policy) -> str:
     """``policy`` as the JSON text :func:`parse` reads (one line, keys sorted)."""
-    body = dict(dataclasses.asdict(policy), format=FORMAT)
+    body = dict(policy._asdict(), format=FORMAT)
     return json.dumps(body, sort_keys=True, separators=(",", ":"))

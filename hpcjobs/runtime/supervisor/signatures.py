@@ -11,6 +11,7 @@ traceback of an ordinary error, leaves the crash an ``application`` one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 
@@ -106,6 +107,6 @@ DEFAULT_SIGNATURES: tuple[Signature, ...] = (
 )
 
 
-def all_patterns(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+def all_patterns(extra: Sequence[str] = ()) -> list[str]:
     """The defaults' patterns, then ``extra`` (the site's)."""
     return [sig.pattern for sig in DEFAULT_SIGNATURES] + list(extra)
