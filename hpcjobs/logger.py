@@ -10,7 +10,10 @@ logger where they have something to say (``logger(__name__).warning(...)``), and
 keep one at module level (``log = logger(__name__)``).
 
 The code that runs inside the job (``runtime/``) uses :mod:`logging` directly: there, the
-training program configures it.
+training program configures it. A third-party library that logs by itself, without an hpcjobs
+module asking for a logger first in that command, would log with Python's defaults; the ones
+hpcjobs uses log through calls made by modules that hold a logger (paramiko through
+``remote/``, tenacity through ``backoff.py``), so the settings are in place by then.
 """
 
 from __future__ import annotations
