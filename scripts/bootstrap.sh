@@ -42,4 +42,11 @@ if ! .venv/bin/python -c "import torch, numpy" 2>/dev/null; then
     echo "bootstrap: installing torch==2.13.0 (CPU) for the DDP examples and tests" >&2
     .venv/bin/python -m pip install -q torch==2.13.0 numpy 2> >(grep -v "^WARNING: Location" >&2)
 fi
+# The frameworks whose programs the live tests run unchanged (docs/frameworks.md), after torch:
+# with the CPU torch in place they add no other build of it.
+if ! .venv/bin/python -c "import lightning, transformers, accelerate" 2>/dev/null; then
+    echo "bootstrap: installing lightning, transformers and accelerate for the framework tests" >&2
+    .venv/bin/python -m pip install -q 'lightning>=2.6,<2.7' 'transformers>=4.50' 'accelerate>=1.0' \
+        2> >(grep -v "^WARNING: Location" >&2)
+fi
 echo "bootstrap: ready" >&2

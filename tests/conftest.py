@@ -90,11 +90,13 @@ def shared_tmp(sandbox: object) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-#: Live tests that need torch (torchrun, or examples/ddp_train.py: the quick tour and the plan
+#: Live tests that need torch (torchrun, the frameworks, or examples/ddp_train.py: the quick
+#: tour and the plan
 #: tests). PyPI has only a multi-GB CUDA torch for Python 3.13 and 3.14, so the trixie and sid
 #: venvs have none: there they are deselected, loudly; bookworm still runs them.
 TORCH_TESTS = (
     "tests/live/test_torchrun.py",
+    "tests/live/test_frameworks.py",
     "tests/live/test_elastic_ddp.py",
     "tests/live/test_plan_apply.py",
     "test_ddp_preempted_once",

@@ -165,7 +165,7 @@ def test_warning_signal_reaches_every_rank_once(
     for rank in (0, 1):
         assert (shared_tmp / f"got-{rank}").read_text(encoding="utf-8") == "SIGUSR2\n"
     log = (shared_tmp / f"slurm-{job_id}.out").read_text(encoding="utf-8")
-    assert "SIGUSR2 received, forwarding it to the launcher" in log
+    assert "SIGUSR2 received (the warning): delivering it" in log
     # The warning signal means "checkpoint and come back": the job continues as a new job
     # (whatever the program's exit code), which this test does not need to run.
     match = re.search(r"continuing as job (\d+)", log)

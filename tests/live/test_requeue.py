@@ -62,7 +62,7 @@ def test_preempted_two_node_job_resumes_from_its_checkpoint(cluster: Cluster) ->
     assert stop.resumed_from is not None and 0 < stop.resumed_from < 150
     # The log of the whole chain is the first job's file.
     log = job.log
-    assert "SIGUSR2 received, forwarding it to the launcher" in log
+    assert "SIGUSR2 received (the warning): delivering it" in log
     assert f"preemption: continuing as job {new}" in log
     assert f"hpcjobs: run 1 of job {job.root}" in log
     assert f"resumed from checkpoint step {stop.resumed_from} (restart 1)" in log

@@ -16,6 +16,7 @@ from hpcjobs.runtime.supervisor.decide import (
     excluded_after,
     exclusion_limit,
     exit_code,
+    exit_rule,
     find_stall,
     has_ended,
     requeue_cause,
@@ -35,8 +36,14 @@ def facts(
     preempted: bool = False,
     cancelled: bool = False,
     left: int | None = None,
+    time_left: int | None = None,
+    requested: bool = False,
+    stopped: bool | None = None,
 ) -> EndFacts:
-    return EndFacts(rc, signal, requeued, node_failed, preempted, cancelled, left, LEAD)
+    left = left if time_left is None else time_left
+    return EndFacts(
+        rc, signal, requeued, node_failed, preempted, cancelled, left, LEAD, requested, stopped
+    )
 
 
 @dataclass(frozen=True)
@@ -326,3 +333,28 @@ def test_excluded_after_keeps_the_newest_and_releases_the_oldest() -> None:
     assert excluded_after(["n2"], ["n1"], 1) == (["n1"], ["n2"])
     assert excluded_after([], ["n1", "n2", "n3"], 2) == (["n2", "n3"], ["n1"])
     assert excluded_after(["n1", "n2"], [], 0) == ([], ["n1", "n2"])
+
+
+# ---- done means done (decide.exit_rule) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("facts_", "rule", "cause"),
+    [
+        # The warning came, nobody listens, the program ended on its own: finished.
+        (facts(0, "warning", preempted=True, stopped=False), "ended_on_its_own", "none"),
+        (facts(0, "warning", time_left=100, stopped=False), "ended_on_its_own", "none"),
+        # It listens for the warning (or got SIGTERM) and exited 0: it stopped for it.
+        (facts(0, "warning", preempted=True, stopped=True), "stopped_by_signal", "preemption"),
+        # It asked for its own requeue: the chain goes on, with or without a warning.
+        (facts(0, "warning", preempted=True, requested=True), "asked_to_go_on", "preemption"),
+        (facts(0, "", requested=True, stopped=True), "asked_to_go_on", "preemption"),
+        # Not an exit 0, or Slurm decided: the rule does not apply.
+        (facts(143, "warning", preempted=True, stopped=False), "", "preemption"),
+        (facts(0, "term", cancelled=True, stopped=False), "", "cancelled"),
+        (facts(0, "", stopped=False), "ended_on_its_own", "none"),
+    ],
+)
+def test_done_means_done(facts_: EndFacts, rule: str, cause: str) -> None:
+    assert exit_rule(facts_) == rule
+    assert end_cause(facts_) == cause

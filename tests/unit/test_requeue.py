@@ -270,6 +270,7 @@ def _finish_case(
     )
     sup = _supervisor(env, policy)
     sup.signal_seen = signal
+    sup.term_sent = bool(signal)  # the signal reached the program (delivered, or passed on)
     code = sup.finish(case.exit_code)
     events = [
         [str(e.time), e.job_id, str(e.restart), e.event, e.cause, e.detail]

@@ -14,7 +14,9 @@ writes, in the chain's shared progress folder,
   rank that keeps no log its newest step, ``<rank> <unix time> <step> <node>``; past
   :data:`LOG_LIMIT` every other step line of each rank is dropped;
 
-and, where ``nvidia-smi`` exists, samples the node's GPUs into ``gpu-<root>/<node>.csv``. So the
+and, where ``nvidia-smi`` exists, samples the node's GPUs into ``gpu-<root>/<node>.csv``. On
+SIGUSR1 (the supervisor, when the job's warning came) it delivers the warning to the program's
+processes on its node (:mod:`.deliver`) and writes what it did in ``warned-<node>``. So the
 shared folder sees a few metadata operations per node every few seconds, whatever the number of
 ranks or their step rate. On SIGHUP (the supervisor, once the program's step has ended) it
 writes once more and removes its node-local folder.
@@ -36,8 +38,10 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from typing import NamedTuple
 
+from . import deliver
 from .causes import NODE_FAILURE
 from .eventlog import EventLog
 
@@ -47,6 +51,14 @@ LOG_LIMIT = 4 << 20
 ENV_NODE_TMP = "HPCJOBS_NODE_TMP"
 #: The agents' job step name (the stall watch never kills it).
 AGENT_STEP = "hpcjobs-agent"
+#: What the supervisor sends the agents to have the warning delivered on every node.
+WARN_SIGNAL = "USR1"
+
+
+def warned_file(node: str) -> str:
+    """The file, in the chain's progress folder, where a node's agent says what it delivered
+    (:meth:`Agent.warn`): ``<signals sent> <summary>``."""
+    return f"warned-{node}"
 
 
 def node_name() -> str:
@@ -106,6 +118,7 @@ class Agent:
         since: float | None = None,
         watch: str = "",
         chain_log: str = "",
+        warn: Sequence[str] = (),
     ) -> None:
         self.local = local
         self.shared = shared
@@ -126,17 +139,20 @@ class Agent:
         self.chain_log = chain_log
         self.batch_lost = False
         self.fault_logged = False
+        #: The signals the warning may be delivered on (:func:`.deliver.candidates`).
+        self.warn_signals = list(warn)
+        self.warn_due = False
 
     def run(self) -> int:
         """Cycle until SIGHUP or SIGINT (what the supervisor sends when the step has ended) or
         SIGTERM (Slurm ending the job: a cancel, the time limit, a preemption's kill, a node
         failure), then write once more and go at once: a process that outlives SIGTERM holds
         the job in COMPLETING for KillWait, and the job that continues the chain waits for it.
-        The warning signals (SIGUSR1, SIGUSR2) are ignored: the ranks checkpoint meanwhile."""
+        SIGUSR1 asks it to deliver the warning on its node (:meth:`warn`); SIGUSR2 is ignored."""
         for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._stop)
-        for name in ("SIGUSR1", "SIGUSR2"):
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
+        signal.signal(getattr(signal, "SIG" + WARN_SIGNAL), self._warn)
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         old = os.umask(0o077)
         wake = _SignalWake()
         try:
@@ -145,6 +161,8 @@ class Agent:
                 self.cycle()
                 deadline = time.monotonic() + self.every
                 while not self.stopping and time.monotonic() < deadline:
+                    if self.warn_due:
+                        self.warn()
                     self.sample_gpus()
                     wake.wait(min(deadline, self.next_gpu) - time.monotonic())
             self.cycle()  # once more; no new GPU sample, the agent ends now
@@ -158,6 +176,21 @@ class Agent:
 
     def _stop(self, _signum: int, _frame: object) -> None:
         self.stopping = True
+
+    def _warn(self, _signum: int, _frame: object) -> None:
+        self.warn_due = True
+
+    def warn(self) -> None:
+        """Deliver the warning to the program's processes on this node (:mod:`.deliver`), and
+        say what was done in :func:`warned_file`, replaced atomically."""
+        self.warn_due = False
+        done = deliver.deliver(self.job, self.warn_signals)
+        path = os.path.join(self.shared, warned_file(self.node))
+        tmp = os.path.join(self.shared, f".{warned_file(self.node)}.tmp")
+        with contextlib.suppress(OSError):
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(f"{len(done.sent)} {done.summary()}\n")
+            os.replace(tmp, path)
 
     def cycle(self) -> None:
         """Read the node's reports once; write the summary and the history."""

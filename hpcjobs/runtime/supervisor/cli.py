@@ -63,6 +63,7 @@ def _agent(argv: list[str]) -> int:
     parser.add_argument("--deputy", default="", help="the node whose agent watches the batch host")
     parser.add_argument("--batch-host", default="", help="the job's batch host")
     parser.add_argument("--chain-log", default="", help="the chain's event log (the deputy's)")
+    parser.add_argument("--warn", default="", help="the signals a warning may go out on (A,B)")
     args = parser.parse_args(argv)
     deputy = bool(args.deputy) and args.deputy == node_name()
     agent = Agent(
@@ -75,5 +76,6 @@ def _agent(argv: list[str]) -> int:
         since=args.since,
         watch=args.batch_host if deputy else "",
         chain_log=args.chain_log,
+        warn=[name for name in args.warn.split(",") if name],
     )
     return agent.run()

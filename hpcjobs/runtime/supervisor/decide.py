@@ -85,6 +85,37 @@ class EndFacts(NamedTuple):
     cancelled: bool  #: Slurm (or accounting) says CANCELLED
     time_left: int | None  #: seconds left before the time limit (asked on a warning only)
     lead: int  #: the warning's lead time
+    #: The program asked for its own requeue (``scontrol requeue`` of its job, from inside it).
+    requested: bool = False
+    #: A stop signal reached the program: the warning, delivered to a process that listens for
+    #: it, or SIGTERM passed on (None: not known, as before hpcjobs delivered the warning).
+    stopped: bool | None = None
+
+
+#: :func:`exit_rule`'s answers: why a run that exited 0 is taken as finished or not.
+ENDED_ON_ITS_OWN = "ended_on_its_own"
+ASKED_TO_GO_ON = "asked_to_go_on"
+STOPPED_BY_SIGNAL = "stopped_by_signal"
+
+
+def exit_rule(facts: EndFacts) -> str:
+    """Done means done (docs/requeue.md, "A program that ends on its own"): for a run whose
+    program exited 0 (and that Slurm did not requeue itself, nor lost a node),
+
+    - ``asked_to_go_on``: it asked for its own requeue: the chain goes on;
+    - ``stopped_by_signal``: a stop signal reached it (the warning it listens for, or SIGTERM):
+      it is taken to have stopped for it, and the chain goes on;
+    - ``ended_on_its_own``: otherwise, whatever signal came meanwhile: it finished.
+
+    "" where the rule does not apply (another exit code, a requeue by Slurm, a lost node, a
+    cancel)."""
+    if facts.rc != 0 or facts.requeued_state is not None or facts.node_failed or facts.cancelled:
+        return ""
+    if facts.requested:
+        return ASKED_TO_GO_ON
+    if facts.stopped is None or facts.stopped:
+        return STOPPED_BY_SIGNAL if facts.signal else ""
+    return ENDED_ON_ITS_OWN
 
 
 def end_cause(facts: EndFacts) -> str:
@@ -95,6 +126,8 @@ def end_cause(facts: EndFacts) -> str:
         return "requeued_" + requeue_cause(facts.requeued_state, facts.signal)
     if facts.node_failed:
         return NODE_FAILURE
+    if exit_rule(facts) == ENDED_ON_ITS_OWN:
+        return FINISHED
     if facts.preempted:
         return PREEMPTION
     if facts.cancelled:
@@ -105,6 +138,8 @@ def end_cause(facts: EndFacts) -> str:
         return PREEMPTION  # the warning signal sent by hand: checkpoint and come back
     if facts.signal == "term":
         return CANCELLED
+    if facts.requested:
+        return PREEMPTION  # the program's own requeue, without a warning: as one sent by hand
     return FINISHED if facts.rc == 0 else APPLICATION
 
 

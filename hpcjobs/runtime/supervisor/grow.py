@@ -50,6 +50,7 @@ class GrowWatch:
         log: Callable[[str], None],
         kill_steps: Callable[[], None],
         every: float | None = None,
+        send: Callable[[], None] | None = None,
     ) -> None:
         self.grower = grower
         self.ready = ready
@@ -58,6 +59,8 @@ class GrowWatch:
         self.warn = warn
         self.replace = replace
         self.grace = grace
+        #: How the warning goes out (:func:`.windup.end_step`'s ``send``).
+        self.send = send
         self.warning = warning
         self.child = child
         self.log = log
@@ -110,4 +113,4 @@ class GrowWatch:
             f"job {self.grower} holds the nodes for a larger run; sending {warning} so that "
             f"this run checkpoints and hands over (its steps end in {self.grace} s)"
         )
-        end_step(self.child, self.warning, self.grace, self._stop, self.kill_steps)
+        end_step(self.child, self.warning, self.grace, self._stop, self.kill_steps, send=self.send)

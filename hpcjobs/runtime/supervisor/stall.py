@@ -40,6 +40,7 @@ class StallWatch:
         log: Callable[[str], None],
         kill_steps: Callable[[], None],
         checkpoints: str = "",
+        send: Callable[[], None] | None = None,
     ) -> None:
         self.folder = folder
         self.job = job
@@ -52,6 +53,8 @@ class StallWatch:
         self.kill_steps = kill_steps
         #: The checkpoint folder: a checkpoint saved there after the warning ends the grace.
         self.checkpoints = checkpoints
+        #: How the warning goes out (:func:`.windup.end_step`'s ``send``).
+        self.send = send
         #: What the watch found: (the suspect node, "" when nobody is blamed; the stall).
         self.found: tuple[str, Stall] | None = None
         self._stop = threading.Event()
@@ -133,4 +136,5 @@ class StallWatch:
             self.kill_steps,
             self.checkpoints,
             self.log,
+            self.send,
         )

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypedDict
 
-from . import decide, names
-from .agent import AGENT_STEP, ENV_NODE_TMP, local_dir, node_name
+from . import decide, deliver, frameworks, names, requeuerequest
+from .agent import AGENT_STEP, ENV_NODE_TMP, WARN_SIGNAL, local_dir, node_name, warned_file
 from .agent import interval as agent_interval
 from .causes import (
     APPLICATION,
@@ -93,6 +93,12 @@ LOCAL_AGENT_RESEND_S = 0.1
 #: nodes can take longer than that to end: the decision must be logged before.
 TERM_WAIT_S = 3
 
+#: How often the supervisor looks for a warning to deliver and a requeue request while the
+#: program runs (one stat of the request file each time, on the batch host only).
+WAIT_LOOK_S = 0.2
+#: How long a step gets to end after the program's own requeue request before it is killed.
+REQUEST_GRACE_S = 30
+
 #: How long the supervisor waits for the job's steps to end before it releases nodes anyway
 #: (a step of a hung node ends only once Slurm gives up on the node). A killed step of 1,024
 #: processes on 128 nodes ended within 2 s.
@@ -153,10 +159,11 @@ def _resize_settings(path: str) -> dict[str, str | None]:
 
 
 class Position(TypedDict):
-    """Where the program is when a run ends: the newest complete checkpoint step and the step
-    it reached (-1: none), as the ``requeue`` event's fields."""
+    """Where the program is when a run ends: the newest complete checkpoint step (-1: none;
+    None: one in a framework's layout whose step is not known) and the step it reached (-1:
+    not known), as the ``requeue`` event's fields."""
 
-    checkpoint: int
+    checkpoint: int | None
     progress: int
 
 
@@ -210,6 +217,18 @@ class Supervisor:
         self.claimed = ""
         self.signal_seen = ""
         self.signal_logged = False
+        #: The warning came and is to be delivered to the program (:meth:`warn_program`).
+        self.warn_due = False
+        #: SIGTERM was passed on to the program (its end, from Slurm, or a requeue request).
+        self.term_sent = False
+        #: The file the program's own ``scontrol requeue`` writes (:mod:`.requeuerequest`),
+        #: and when the supervisor saw it (monotonic; 0: not yet).
+        self.request_file = ""
+        self.requested_at = 0.0
+        self.request_killed = False
+        #: Why a run whose program exited 0 was taken as finished or not
+        #: (:func:`.decide.exit_rule`).
+        self.end_rule = ""
         #: When SIGTERM came (monotonic; 0: not yet).
         self.term_at = 0.0
         self.waiting = False
@@ -251,14 +270,25 @@ class Supervisor:
             self.log(f"could not write the event log: {exc}")
 
     def latest_step(self) -> int:
+        """The newest complete checkpoint in hpcjobs' own layout (-1: none)."""
         return newest_checkpoint(self.ckpt_dir).step
+
+    def newest(self) -> tuple[int | None, frameworks.Found | None]:
+        """The newest checkpoint the next run resumes from: hpcjobs' own (its step), else the
+        newest in a framework's layout in the checkpoint folder or the job's working folder
+        (its step, None when unknown, and where it is); ``(-1, None)``: none at all."""
+        step = self.latest_step()
+        if step >= 0:
+            return step, None
+        found = frameworks.newest([self.ckpt_dir, os.getcwd()])
+        return (-1, None) if found is None else (found.step, found)
 
     def progress(self) -> int:
         return progress_step(self.ckpt_dir)
 
     def position(self) -> Position:
         """Where the program is: the ``checkpoint`` and ``progress`` fields of a requeue."""
-        return Position(checkpoint=self.latest_step(), progress=self.progress())
+        return Position(checkpoint=self.newest()[0], progress=self.progress())
 
     def done_file(self) -> str:
         return os.path.join(self.output_dir, names.done_marker(self.root))
@@ -316,6 +346,9 @@ class Supervisor:
         return 1
 
     def _on_signal(self, signum: int, _frame: object) -> None:
+        """Records the signal. SIGTERM goes on to the launcher at once; the warning is
+        delivered by the main thread to the program's processes that listen for it
+        (:mod:`.deliver`), never to the whole step."""
         name = signal.Signals(signum).name[3:]
         if name == "TERM" and self.policy.signal != "TERM":
             # Slurm ending the job (not the warning: a site may warn with TERM).
@@ -328,12 +361,85 @@ class Supervisor:
             # When the first signal came (hpcjobs report: time from the warning to the end).
             self.signal_logged = True
             self.event("signal", self.signal_seen, "SIG" + name, signal="SIG" + name)
+        if name != "TERM":
+            to_stderr(
+                f"hpcjobs: SIG{name} received (the warning): delivering it to the program's "
+                "processes that listen for it\n"
+            )
+            self.warn_due = True
+            return
         if child is not None:
             to_stderr(
                 f"hpcjobs: SIG{name} received, forwarding it to the launcher (pid {child.pid})\n"
             )
+            self.term_sent = True
             with contextlib.suppress(OSError):
                 child.send_signal(signum)
+
+    def warn_program(self) -> None:
+        """Have the warning delivered to the program on every node of the run: each node's
+        agent picks, per process, the signal it listens for (:mod:`.deliver`). Without agents,
+        to the processes on this node."""
+        self.warn_due = False
+        candidates = deliver.candidates(self.policy.signal)
+        if self.signal_agents(WARN_SIGNAL):
+            listed = " or ".join("SIG" + name for name in candidates)
+            self.log(
+                f"warning: each node's agent delivers it to the processes that listen ({listed})"
+            )
+            return
+        done = deliver.deliver(self.job, candidates)
+        with contextlib.suppress(OSError):
+            path = os.path.join(self.progress_dir, warned_file(node_name()))
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(f"{len(done.sent)} {done.summary()}\n")
+        self.log(f"warning: {done.summary()} on this node (no node agents)")
+
+    def warned(self) -> tuple[int, list[str]]:
+        """What the agents say they delivered: the processes signalled in all, and each node's
+        summary. O(nodes) small reads, once per run."""
+        count, lines = 0, list[str]()
+        if not self.progress_dir:
+            return count, lines
+        prefix = warned_file("")
+        for path in sorted(glob.glob(os.path.join(glob.escape(self.progress_dir), prefix + "*"))):
+            with contextlib.suppress(OSError, ValueError), open(path, encoding="utf-8") as handle:
+                sent, _, summary = handle.readline().strip().partition(" ")
+                count += int(sent)
+                lines.append(f"{os.path.basename(path)[len(prefix) :]}: {summary}")
+        return count, lines
+
+    def kill_late_request(self) -> None:
+        """Kill the step once it has outlived the program's requeue request by
+        :data:`REQUEST_GRACE_S`."""
+        if time.monotonic() - self.requested_at > REQUEST_GRACE_S:
+            self.log(
+                f"the step is still running {REQUEST_GRACE_S} s after the requeue request; "
+                "killing it"
+            )
+            self.request_killed = True
+            self.kill_steps()
+
+    def requested(self) -> bool:
+        """Whether the program asked for its own requeue (:mod:`.requeuerequest`); the first
+        time it is seen, SIGTERM goes to the launcher: the run ends, the chain goes on."""
+        if not self.requested_at and self.request_file and os.path.exists(self.request_file):
+            self.requested_at = time.monotonic()
+            self.log(
+                "the program asked Slurm to requeue the job (scontrol requeue): ending this run; "
+                "the chain continues from the program's checkpoint"
+            )
+            child = self.child
+            if child is not None and child.poll() is None:
+                self.term_sent = True
+                if self.launch_argv[:1] == ["srun"]:
+                    # To the step's processes, not to srun: srun ends a step it is sent
+                    # SIGTERM by killing it, and reports its tasks killed.
+                    self.signal_steps("TERM")
+                else:
+                    with contextlib.suppress(OSError):
+                        child.send_signal(signal.SIGTERM)
+        return bool(self.requested_at)
 
     def sized(self, argv: list[str]) -> list[str]:
         """The launch command of a job that runs again inside itself: on the run's nodes
@@ -361,6 +467,17 @@ class Supervisor:
 
     def launch(self) -> None:
         argv, env = list(self.launch_argv), self.env
+        # The program's own 'scontrol requeue' is a request to this supervisor.
+        self.request_file = os.path.join(self.progress_dir, f"requeue-{self.self_id}")
+        with contextlib.suppress(OSError):
+            os.unlink(self.request_file)
+        self.requested_at = 0.0
+        self.request_killed = False
+        try:
+            shim = requeuerequest.install(os.path.join(self.output_dir, names.SUPPORT_DIR))
+            env = requeuerequest.step_env(dict(env), shim, self.request_file)
+        except OSError as exc:
+            self.log(f"could not write the scontrol shim ({exc}); a program's own requeue fails")
         if self.policy.in_job:
             # srun takes SLURM_NTASKS (the job's tasks, spares included) for --ntasks: without
             # it, a run's tasks are its --nodes times --ntasks-per-node.
@@ -368,6 +485,8 @@ class Supervisor:
             argv = self.sized(argv)
         self.child = subprocess.Popen(argv, env=env)
         self.waiting = True  # a signal from here on is the program's, and is logged
+        if self.warn_due:
+            self.warn_program()  # the warning came while the run began
         if self.policy.stall_timeout > 0:
             self.watch = StallWatch(
                 self.progress_dir,
@@ -380,6 +499,7 @@ class Supervisor:
                 self.log,
                 self.kill_steps,
                 self.ckpt_dir,
+                self.warn_program,
             )
             self.watch.start()
         self.watch_grower()
@@ -393,9 +513,13 @@ class Supervisor:
         self.waiting = True
         while True:
             try:
-                rc = self.child.wait(timeout=0.5)
+                rc = self.child.wait(timeout=WAIT_LOOK_S)
                 break
             except subprocess.TimeoutExpired:
+                if self.warn_due:
+                    self.warn_program()
+                if self.requested() and not self.request_killed:
+                    self.kill_late_request()
                 moving = self.grow_watch is not None and self.grow_watch.started.is_set()
                 if self.term_at and not moving and time.monotonic() - self.term_at >= TERM_WAIT_S:
                     self.log(
@@ -466,28 +590,39 @@ class Supervisor:
 
     def announce(self, count: int) -> None:
         """Log that run ``count`` of the chain begins (its ``start`` event)."""
-        step = self.latest_step()
+        step, found = self.newest()
         nodelist = ",".join(self.step) or self.env.get("SLURM_JOB_NODELIST") or "?"
         batch = self.batch or "?"
         held: dict[str, int] = {"held": len(self.allocation)} if self.step else {}
         if self.step and self.policy.elastic:
             held["full"] = self.policy.nodes  # an elastic size: report counts a smaller run
+        where: dict[str, object] = {}
+        if found is not None:
+            where = {"checkpoint_kind": found.kind, "checkpoint_path": found.path}
         self.event(
             "start",
             "-",
-            f"checkpoint={step} nodes={nodelist} batch={batch}",
+            f"checkpoint={'?' if step is None else step} nodes={nodelist} batch={batch}",
+            None,
             checkpoint=step,
             nodelist=nodelist,
             batch=batch,
             **held,
+            **where,
         )
         # The marker 'hpcjobs logs --restart N' splits the log on.
         sys.stdout.write(f"hpcjobs: run {count} of job {self.root}\n")
         sys.stdout.flush()
-        if step >= 0:
+        if found is not None:
+            self.log(f"run {count} of chain {self.root}; newest checkpoint: {found.describe()}")
+        elif step is not None and step >= 0:
             self.log(f"run {count} of chain {self.root}; resuming from checkpoint step {step}")
         else:
-            self.log(f"run {count} of chain {self.root}; no checkpoint yet")
+            self.log(
+                f"run {count} of chain {self.root}; no checkpoint yet (none in hpcjobs' layout "
+                "in the checkpoint folder, nor in Lightning's, the HF Trainer's, Accelerate's or "
+                "torch.distributed.checkpoint's there or in the working folder)"
+            )
 
     def private_logs(self) -> None:
         """Slurm creates the job's output files with the job's umask: make them private, as
@@ -639,8 +774,12 @@ class Supervisor:
             self.err_offset = 0
         # This run has begun: whoever logged how the run before it ended is settled.
         self.unclaim(self.self_id)
-        # The summaries of the run before are no one's now (the histories stay).
-        for path in glob.glob(os.path.join(glob.escape(self.progress_dir), "node-*")):
+        # The summaries of the run before are no one's now (the histories stay), nor what its
+        # agents said of its warning.
+        folder = glob.escape(self.progress_dir)
+        for path in glob.glob(os.path.join(folder, "node-*")) + glob.glob(
+            os.path.join(folder, warned_file("*"))
+        ):
             if not path.endswith(".log"):
                 with contextlib.suppress(OSError):
                     os.unlink(path)
@@ -657,6 +796,7 @@ class Supervisor:
         argv = [*self.program, "agent", "--shared", self.progress_dir]
         argv += ["--every", str(agent_interval(self.policy.stall_timeout))]
         argv += ["--since", f"{time.time():.3f}"]
+        argv += ["--warn", ",".join(deliver.candidates(self.policy.signal))]
         every = self.env.get("HPCJOBS_GPU_MONITOR_INTERVAL", "0")
         query = self.env.get("HPCJOBS_GPU_QUERY", "")
         if every.isdecimal() and int(every) > 0 and query:
@@ -703,21 +843,22 @@ class Supervisor:
         except OSError as exc:
             self.log(f"could not start the node agents ({exc}); no progress is gathered")
 
-    def signal_agents(self) -> bool:
-        """Ask the agents to end (SIGHUP): they write once more and remove their node-local
-        folders. Whether the signal went out; :meth:`stop_agents` waits for them."""
+    def signal_agents(self, name: str = "HUP") -> bool:
+        """Send the agents SIG``name``: SIGHUP asks them to end (they write once more and
+        remove their node-local folders; :meth:`stop_agents` waits for them), their
+        :data:`.agent.WARN_SIGNAL` to deliver the warning. Whether the signal went out."""
         agents = self.agents
         if agents is None or agents.poll() is not None:
             return False
         if not self.agents_step:
-            agents.send_signal(signal.SIGHUP)
+            agents.send_signal(getattr(signal, "SIG" + name))
             return True
         # To the agents themselves, through Slurm.
         sent = False
         for line in self.slurm.queue_value(self.job, "%i %j", steps=True):
             words = line.split()
             if len(words) == 2 and words[1] == AGENT_STEP:
-                sent = self.slurm.cancel(words[0], "HUP") or sent
+                sent = self.slurm.cancel(words[0], name) or sent
         return sent
 
     def ask_agents(self) -> None:
@@ -1120,6 +1261,7 @@ class Supervisor:
             self.child,
             self.log,
             self.kill_steps,
+            send=self.warn_program,
         )
         self.grow_watch.start()
 
@@ -1364,6 +1506,7 @@ class Supervisor:
         from Slurm that came during the recovery stays seen: the next run ends at once."""
         if not self.term_at:
             self.signal_seen = ""
+            self.term_sent = False
         self.signal_logged = False
         self.agents_asking, self.agents_asked = None, False
         with self.grow_lock:
@@ -1625,12 +1768,17 @@ class Supervisor:
 
     def kill_steps(self) -> None:
         """SIGKILL to every job step of this job but the batch step and hpcjobs' own monitors."""
+        self.signal_steps("KILL")
+
+    def signal_steps(self, name: str) -> None:
+        """SIG``name`` to every job step of this job but the batch step and hpcjobs' own
+        monitors (one squeue, one scancel per step)."""
         for line in self.slurm.queue_value(self.job, "%i %j", steps=True):
             words = line.split()
             if len(words) < 2 or words[1] == AGENT_STEP:
                 continue
             if STEP_ID.fullmatch(words[0]):
-                self.slurm.cancel(words[0], "KILL")
+                self.slurm.cancel(words[0], name)
 
     # ---- finish -------------------------------------------------------------------------------
 
@@ -1650,8 +1798,11 @@ class Supervisor:
         early = requeued is not None or node_failed or preempted
         cancelled = not early and self.was_cancelled(self.job, info)
         left = None
-        if not early and not cancelled and self.signal_seen == "warning":
+        if not early and not cancelled and (self.signal_seen == "warning" or self.requested()):
             left = decide.seconds((self.slurm.queue_value(self.job, "%L") or [""])[0])
+        warned, summaries = self.warned()
+        if summaries:
+            self.log("the warning went out as: " + "; ".join(summaries))
         facts = decide.EndFacts(
             rc,
             self.signal_seen,
@@ -1661,7 +1812,10 @@ class Supervisor:
             cancelled,
             left,
             self.policy.lead,
+            requested=self.requested(),
+            stopped=self.term_sent or warned > 0,
         )
+        self.end_rule = decide.exit_rule(facts)
         return decide.end_cause(facts)
 
     def classify(self, rc: int) -> tuple[str, str, str]:
@@ -1760,7 +1914,15 @@ class Supervisor:
             return rc
         if cause == FINISHED:
             self.mark_done()
-            self.event("end", "finish", "completed")
+            if self.end_rule == decide.ENDED_ON_ITS_OWN and self.signal_seen:
+                detail = "completed: exit 0, ended on its own (no stop signal reached it)"
+                self.log(
+                    f"the program exited 0 on its own after SIG{self.policy.signal} (it listens "
+                    "for no warning): the job is finished, not continued"
+                )
+            else:
+                detail = "completed"
+            self.event("end", "finish", detail, None, **self.rule_field())
             self.chain_ends()
             return 0
         if cause == CANCELLED:
@@ -1792,6 +1954,11 @@ class Supervisor:
             return None
         self.continue_chain(cause)
         return 0
+
+    def rule_field(self) -> dict[str, object]:
+        """The ``rule`` field of an ``end`` or ``requeue`` event: why a run that exited 0 was
+        taken as finished or not (:func:`.decide.exit_rule`); none where it did not apply."""
+        return {"rule": self.end_rule} if self.end_rule else {}
 
     def mark_done(self) -> None:
         try:
@@ -1832,8 +1999,10 @@ class Supervisor:
             "requeue",
             cause,
             f"continued as job {new}{how}",
+            None,
             how=CONTINUED,
             next=new,
+            **self.rule_field(),
             **self.position(),
         )
         self.log(f"{cause}: continuing as job {new}{how} (starts when resources are free)")

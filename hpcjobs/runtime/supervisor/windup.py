@@ -84,18 +84,24 @@ def end_step(
     kill_steps: Callable[[], None],
     checkpoints: str = "",
     log: Callable[[str], None] | None = None,
+    send: Callable[[], None] | None = None,
 ) -> bool:
     """Send ``child`` (the launcher) SIG``warning``; once ``grace`` seconds have passed with the
     step still there, kill the job's steps (``kill_steps``) and, 3 s later, the launcher. A
     checkpoint completed in ``checkpoints`` (the folder) after the warning, at or past the
     program's progress then (not a save of an older step finishing late), shortens the grace to
     :data:`AFTER_SAVE_S` from then (said through ``log``). The waits end early once the step is
-    gone or ``stop`` is set (the decision waits for them). Whether the grace ended early on a
+    gone or ``stop`` is set (the decision waits for them). ``send``, where given, sends the
+    warning instead (the supervisor's, to the processes that listen for it). Whether the grace
+    ended early on a
     checkpoint."""
     before = newest_checkpoint(checkpoints)
     reached = progress_step(checkpoints)
-    with contextlib.suppress(OSError):
-        child.send_signal(getattr(signal, "SIG" + warning))
+    if send is not None:
+        send()  # to the processes that listen for it (the supervisor's delivery)
+    else:
+        with contextlib.suppress(OSError):
+            child.send_signal(getattr(signal, "SIG" + warning))
     deadline = time.monotonic() + grace
     saved = False
     look = time.monotonic() + LOOK_S

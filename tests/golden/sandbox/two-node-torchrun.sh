@@ -77,9 +77,10 @@ hpcjobs_bind_exec() {
 }
 hpcjobs_rank() {
   # Runs as each rank: sets its variables and placement, then becomes "$@".
-  trap '' USR2  # the program starts with SIGUSR2 ignored until it installs a handler
   # Its progress folder and a copy of its output (the launch block's hpcjobs_rank_setup).
   if declare -F hpcjobs_rank_setup >/dev/null; then hpcjobs_rank_setup; fi
+  # Marked as this job's program: the warning goes to its processes that listen for it.
+  export HPCJOBS_PROGRAM_OF="${SLURM_JOB_ID:-0}"
   local per=1 rank="${LOCAL_RANK:-0}" i idx gpu c m n
   local cpus="" mems="" nics="" visible=""
   local -a alloc vis
@@ -128,9 +129,9 @@ MASTER_ADDR=$(scontrol show node "$hpcjobs_head" 2>/dev/null | tr ' ' '\n' | sed
 export MASTER_ADDR="${MASTER_ADDR:-$hpcjobs_head}"
 export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 10000 ))
 hpcjobs_start() {
-  # Become "$@" with the warning signal ignored: Slurm signals every process of a step, so
-  # launchers (torchrun) must not die of it, and a program opts in by installing a handler.
-  trap '' USR2
+  # Become "$@", marked as this job's program: the warning goes to its processes that listen
+  # for it, each on the signal it catches, never to the whole step (docs/requeue.md, "Signals").
+  export HPCJOBS_PROGRAM_OF="${SLURM_JOB_ID:-0}"
   exec -- "$@"
 }
 hpcjobs_rank_setup() {
@@ -148,8 +149,9 @@ hpcjobs_rank_setup() {
     > >(trap '' TERM INT HUP QUIT USR1 USR2 && exec tee -a -- "$file")
 }
 export -f hpcjobs_start hpcjobs_rank_setup
-# The supervisor (docs/requeue.md, "The supervisor") starts the step below, forwards
-# SIGUSR2 and SIGTERM to it, watches for stalls, and decides how the job goes on: finished,
+# The supervisor (docs/requeue.md, "The supervisor") starts the step below, delivers
+# SIGUSR2 to the processes that listen for it, forwards SIGTERM, watches for
+# stalls, and decides how the job goes on: finished,
 # failed, or continued from its last checkpoint after a preemption, the time limit or a fault.
 # It is Python (standard library only) that 'hpcjobs submit' writes next to the job's output.
 hpcjobs_policy='{"budgets":{"application":0,"infrastructure":3,"node_failure":5,"preemption":20,"stall":3,"timeout":10},"format":1,"forward":["USR2","TERM"],"health_check":"","health_timeout":60,"lead":60,"max_excluded":8,"max_total":null,"min_nodes":0,"node_multiple":1,"nodes":2,"patterns":[],"sbatch_args":["--job-name=torchrun-small","--partition=batch","--nodes=2","--ntasks-per-node=1","--cpus-per-task=8","--gpus-per-node=h100:4","--time=00:45:00","--account=sandbox","--output=/home/user/hpcjobs/runs/torchrun-small/slurm-%j.out","--open-mode=append","--signal=B:USR2@60","--requeue"],"signal":"USR2","spare_nodes":0,"stall_grace":10,"stall_timeout":1800,"standby":true}'

@@ -1,0 +1,160 @@
+"""The warning, delivered on the signal the program listens for (docs/requeue.md, "Signals").
+
+The rule, defined here once:
+
+- The program's processes start with every signal as they inherited it: hpcjobs ignores none.
+- Slurm sends the warning to the batch step only (``--signal=B:``); the supervisor does not pass
+  it on to the whole step. Instead each node's agent looks at the processes of the program on
+  its node (those whose environment carries :data:`ENV_PROGRAM` with the job's id, as the batch
+  script's ``hpcjobs_rank`` and ``hpcjobs_start`` export it) and reads which signals each one
+  catches (``SigCgt`` in ``/proc/<pid>/status``).
+- From each of the program's topmost processes down, a process that catches one of the
+  candidates (:func:`candidates`: the job's warning signal, then the frameworks' own, SIGUSR1
+  for PyTorch Lightning and SIGUSR2 for submitit) gets the first of them it catches, and its
+  children get nothing (a data loader's workers inherit their parent's handlers). A process
+  that catches none is passed over and its children are looked at (a launcher such as
+  torchrun, whose workers listen).
+- A process that catches none of them gets nothing: the warning alone never kills a program.
+  Slurm's own SIGTERM at the end still reaches every process.
+
+One scan of ``/proc`` per node per warning: the work grows with the processes of one node,
+never with the job's ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+#: In the environment of the program's processes: the id of the job they belong to (the batch
+#: script's ``hpcjobs_rank`` and ``hpcjobs_start`` export it before they become the program).
+ENV_PROGRAM = "HPCJOBS_PROGRAM_OF"
+
+#: The signals frameworks listen for on Slurm, tried after the job's own warning signal:
+#: PyTorch Lightning's ``SLURMEnvironment`` (SIGUSR1), submitit (SIGUSR2).
+FRAMEWORK_SIGNALS = ("USR1", "USR2")
+
+
+def candidates(warning: str) -> list[str]:
+    """The signals a program's process may get as the warning, in order of preference (names
+    without ``SIG``): the job's warning signal, then :data:`FRAMEWORK_SIGNALS`. SIGTERM is
+    never one: it means the end, and comes from Slurm."""
+    names = [warning] + [name for name in FRAMEWORK_SIGNALS if name != warning]
+    return [name for name in names if name != "TERM"]
+
+
+class Process(NamedTuple):
+    """One process of the program on this node."""
+
+    parent: int
+    caught: int  #: the SigCgt mask: bit N-1 set when signal N is caught
+
+
+def caught_mask(status: str) -> int:
+    """The ``SigCgt`` mask in the text of ``/proc/<pid>/status`` (0 when absent)."""
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            with contextlib.suppress(ValueError):
+                return int(line.split(":", 1)[1].strip(), 16)
+    return 0
+
+
+def catches(mask: int, name: str) -> bool:
+    """Whether a process with SigCgt ``mask`` catches SIG``name``."""
+    number = int(getattr(signal, "SIG" + name))
+    return bool(mask >> (number - 1) & 1)
+
+
+def targets(
+    processes: Mapping[int, Process], names: Sequence[str]
+) -> tuple[list[tuple[int, str]], int]:
+    """Who gets which signal (see the module docs): ``[(pid, name), ...]``, and how many of the
+    program's processes that have no child among ``processes`` catch none of ``names`` and get
+    nothing (a rank that does not listen). Pure: ``tests/unit/test_deliver.py``."""
+    children: dict[int, list[int]] = {}
+    for pid, process in processes.items():
+        children.setdefault(process.parent, []).append(pid)
+    roots = sorted(pid for pid, process in processes.items() if process.parent not in processes)
+    sent: list[tuple[int, str]] = []
+    deaf = 0
+    todo = list(reversed(roots))
+    while todo:
+        pid = todo.pop()
+        mask = processes[pid].caught
+        chosen = next((name for name in names if catches(mask, name)), "")
+        if chosen:
+            sent.append((pid, chosen))
+            continue
+        below = sorted(children.get(pid, ()))
+        if not below:
+            deaf += 1
+        todo.extend(reversed(below))
+    return sent, deaf
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def program_processes(job: str, proc: str = "/proc") -> dict[int, Process]:
+    """The processes of job ``job``'s program on this node (readable ones: this user's)."""
+    marker = f"{ENV_PROGRAM}={job}".encode()
+    found: dict[int, Process] = {}
+    try:
+        names: Iterable[str] = os.listdir(proc)
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdecimal():
+            continue
+        try:
+            with open(os.path.join(proc, name, "environ"), "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            continue
+        if marker not in environ.split(b"\0"):
+            continue
+        status = _read(os.path.join(proc, name, "status"))
+        parent = 0
+        for line in status.splitlines():
+            if line.startswith("PPid:"):
+                value = line.split(":", 1)[1].strip()
+                parent = int(value) if value.isdecimal() else 0
+                break
+        found[int(name)] = Process(parent, caught_mask(status))
+    return found
+
+
+class Delivery(NamedTuple):
+    """What one node's delivery did."""
+
+    sent: list[tuple[int, str]]  #: (pid, signal name) per process signalled
+    deaf: int  #: the program's processes that listen for none of the candidates
+
+    def summary(self) -> str:
+        """``SIGUSR1 to 4 process(es)``, ``nothing (2 process(es) listen for none)``..."""
+        counts: dict[str, int] = {}
+        for _pid, name in self.sent:
+            counts[name] = counts.get(name, 0) + 1
+        parts = [f"SIG{name} to {count} process(es)" for name, count in sorted(counts.items())]
+        if self.deaf:
+            parts.append(f"{self.deaf} process(es) listen for none")
+        return ", ".join(parts) or "no process of the program found"
+
+
+def deliver(job: str, names: Sequence[str], proc: str = "/proc") -> Delivery:
+    """Send the warning to job ``job``'s program on this node (see the module docs)."""
+    sent, deaf = targets(program_processes(job, proc), names)
+    done: list[tuple[int, str]] = []
+    for pid, name in sent:
+        with contextlib.suppress(OSError):
+            os.kill(pid, getattr(signal, "SIG" + name))
+            done.append((pid, name))
+    return Delivery(done, deaf)
