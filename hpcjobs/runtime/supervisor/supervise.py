@@ -390,9 +390,10 @@ class Supervisor:
             return
         done = deliver.deliver(self.job, candidates)
         with contextlib.suppress(OSError):
-            path = os.path.join(self.progress_dir, warned_file(node_name()))
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(f"{len(done.sent)} {done.summary()}\n")
+            if self.progress_dir:
+                path = os.path.join(self.progress_dir, warned_file(node_name()))
+                with open(path, "w", encoding="utf-8") as handle:
+                    handle.write(f"{len(done.sent)} {done.summary()}\n")
         self.log(f"warning: {done.summary()} on this node (no node agents)")
 
     def warned(self) -> tuple[int, list[str]]:

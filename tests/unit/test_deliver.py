@@ -1,0 +1,94 @@
+"""The warning goes to the processes that listen for it (hpcjobs.runtime.supervisor.deliver)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hpcjobs.runtime.supervisor import deliver
+from hpcjobs.runtime.supervisor.deliver import ENV_PROGRAM, Process, candidates, targets
+
+USR1 = 1 << (signal.SIGUSR1 - 1)
+USR2 = 1 << (signal.SIGUSR2 - 1)
+TERM = 1 << (signal.SIGTERM - 1)
+
+
+def test_candidates_put_the_jobs_signal_first_and_never_term() -> None:
+    assert candidates("USR2") == ["USR2", "USR1"]
+    assert candidates("USR1") == ["USR1", "USR2"]
+    assert candidates("TERM") == ["USR1", "USR2"]
+    assert candidates("HUP") == ["HUP", "USR1", "USR2"]
+
+
+def test_caught_mask_reads_sigcgt() -> None:
+    status = "Name:\tpython\nSigIgn:\t0000000000001000\nSigCgt:\t0000000180000202\n"
+    mask = deliver.caught_mask(status)
+    assert deliver.catches(mask, "USR1") and not deliver.catches(mask, "USR2")
+    assert deliver.caught_mask("Name:\tx\n") == 0
+
+
+def test_a_listening_rank_gets_its_signal_and_its_workers_nothing() -> None:
+    # srun's tasks: two ranks (Lightning: SIGUSR1), each with a data loader worker.
+    procs = {
+        10: Process(1, USR1 | TERM),
+        11: Process(10, USR1 | TERM),
+        20: Process(1, USR1),
+        21: Process(20, USR1),
+    }
+    assert targets(procs, ["USR2", "USR1"]) == ([(10, "USR1"), (20, "USR1")], 0)
+
+
+def test_the_jobs_warning_wins_where_both_are_caught() -> None:
+    assert targets({5: Process(1, USR1 | USR2)}, ["USR2", "USR1"]) == ([(5, "USR2")], 0)
+
+
+def test_a_launcher_that_does_not_listen_is_passed_over_for_its_workers() -> None:
+    # torchrun's agent catches SIGTERM only; its workers catch the warning.
+    procs = {7: Process(1, TERM), 8: Process(7, USR2), 9: Process(7, USR2)}
+    assert targets(procs, ["USR2", "USR1"]) == ([(8, "USR2"), (9, "USR2")], 0)
+
+
+def test_a_program_that_listens_for_nothing_gets_nothing() -> None:
+    procs = {7: Process(1, TERM), 8: Process(7, 0), 9: Process(1, 0)}
+    assert targets(procs, ["USR2", "USR1"]) == ([], 2)
+
+
+def test_deliver_signals_only_marked_processes_that_listen(tmp_path: Path) -> None:
+    """Real processes: one marked and catching SIGUSR1, one marked and deaf, one unmarked."""
+    ready = tmp_path / "ready"
+    got = tmp_path / "got"
+    listener = (
+        "import signal, sys, time, pathlib\n"
+        f"signal.signal(signal.SIGUSR1, lambda *_: pathlib.Path({str(got)!r}).touch())\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(30)\n"
+    )
+    job = f"t{os.getpid()}"
+    env = {**os.environ, ENV_PROGRAM: job}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", listener], env=env),
+        subprocess.Popen(["sleep", "30"], env=env),
+        subprocess.Popen(["sleep", "30"]),
+    ]
+    try:
+        deadline = time.monotonic() + 10
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        done = deliver.deliver(job, ["USR2", "USR1"])
+        assert done.sent == [(procs[0].pid, "USR1")]
+        assert done.deaf == 1
+        assert done.summary() == "SIGUSR1 to 1 process(es), 1 process(es) listen for none"
+        deadline = time.monotonic() + 10
+        while not got.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert got.exists()
+        # Nobody died of the warning.
+        assert all(p.poll() is None for p in procs)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
