@@ -34,7 +34,8 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
 
     For a job hpcjobs submitted, JOBID is the first job of its chain: continuations after a
     preemption, timeout or fault are listed too, and INTERRUPTIONS shows for each stop its cause,
-    the checkpoint step the next run resumed from, the steps redone (work lost), the resume
+    the checkpoint step the next run resumed from, the steps redone (work lost; "?" when
+    unknown: the program reported no progress, or the checkpoint's step is unknown), the resume
     latency (end of the stopped run to the start of the next), the node blamed (SUSPECT), the
     nodes left out of every later run, and the evidence (the matched error line, or the
     stalled rank and its last step). Result is the chain's end from
@@ -147,8 +148,8 @@ def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]], final: Even
                 str(n + 1),
                 item["cause"],
                 f"{item['job_id']} -> {item['resumed_job_id'] or '(pending)'}",
-                _num(item["resumed_from_step"]),
-                _num(item["steps_lost"]),
+                _step(item, "resumed_from_step"),
+                _step(item, "steps_lost"),
                 "-" if item["resume_latency_s"] is None else f"{item['resume_latency_s']:.1f} s",
                 item["suspect"] or "-",
                 ",".join(item["excluded_nodes"]) or "-",
@@ -162,14 +163,30 @@ def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]], final: Even
         for n, item in enumerate(interruptions):
             if item["evidence"]:
                 click.echo(f"  #{n + 1} evidence: {item['evidence']}")
+        if any(UNKNOWN in row[3:5] for row in rows):
+            click.echo(
+                f"  {UNKNOWN}: unknown (the program reported no progress, or the step of the "
+                "checkpoint resumed from is unknown)"
+            )
     if final is None:
         click.echo("Result: still running")
     else:
         click.echo(f"Result: {final.cause} ({final.detail})")
 
 
-def _num(value: int | None) -> str:
-    return "-" if value is None or value < 0 else str(value)
+#: What the table shows for a step the event log leaves unknown (``--json``: null).
+UNKNOWN = "?"
+
+
+def _step(item: dict[str, Any], key: str) -> str:
+    """A step of an interruption: ``-`` before the chain resumed (and for a start from scratch,
+    as the step resumed from), :data:`UNKNOWN` when the chain resumed but the step is unknown."""
+    value = item[key]
+    if item["resumed_at"] is None:
+        return "-"
+    if value is None:
+        return UNKNOWN
+    return "-" if value < 0 else str(value)
 
 
 def _stops_by_run(ref: ChainRef | None) -> dict[tuple[str, int], str]:

@@ -74,6 +74,14 @@ def report(
     Goodput needs the program's progress reports (CheckpointDir.note_progress, or the files
     described in docs/report.md); without them the report gives accounting figures only.
     One sacct for all the jobs asked about (two at most in a window).
+
+    Cost: where the site config gives partitions a price (partitions[].price, per GPU-hour or
+    per node-hour, in one currency), each chain also gets what its allocation cost and, with
+    progress reports, what its goodput and each badput part cost (text, --json "cost", the
+    page, --compare). The prices are the site's (hpcjobs --site NAME report ..., else the
+    site --host or this machine selects); there is no option to give them here. Without a
+    site no cost is shown; a run on a partition without a price, or runs priced in two
+    currencies, give a note instead of a cost (never guessed or converted).
     """
     from hpcjobs.report.text import report_text
 

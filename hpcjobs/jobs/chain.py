@@ -21,9 +21,45 @@ from typing import Any
 from hpcjobs.errors import HpcJobsError
 from hpcjobs.runner import Runner
 from hpcjobs.runtime.supervisor import eventlog, names
+from hpcjobs.runtime.supervisor.causes import GROW
 from hpcjobs.runtime.supervisor.eventlog import Event, encode, is_growth, parse
 
-__all__ = ["Chain", "ChainRef", "Event", "Interruption", "format_event", "parse_chain"]
+__all__ = [
+    "NO_CHECKPOINT",
+    "Chain",
+    "ChainRef",
+    "Event",
+    "Interruption",
+    "checkpoint_step",
+    "format_event",
+    "parse_chain",
+    "progress_step",
+]
+
+# ---- known and unknown steps -------------------------------------------------------------------
+#
+# The one rule for what the event log's step fields say. ``progress`` (the step a run reached) is
+# known when it is an integer >= 0; the supervisor logs -1 when the program reported no progress,
+# and a missing or null field says nothing either: unknown. ``checkpoint`` (the newest complete
+# checkpoint, or the one a run resumed from) is known when it is an integer >= 0, or -1: no
+# checkpoint, the run started from scratch; a missing or null field (a framework checkpoint whose
+# step could not be read) or any other value is unknown. The steps lost at a stop are known only
+# when both of its steps are.
+
+#: ``checkpoint`` -1: there was no checkpoint (a run that resumes from it starts from scratch).
+NO_CHECKPOINT = -1
+
+
+def progress_step(value: int | None) -> int | None:
+    """The step a run reached, from the event log's ``progress``; None when it is unknown
+    (missing, null, or negative: -1 is logged when the program reported no progress)."""
+    return value if value is not None and value >= 0 else None
+
+
+def checkpoint_step(value: int | None) -> int | None:
+    """A checkpoint step from the event log's ``checkpoint``: the step, or :data:`NO_CHECKPOINT`
+    (-1, none: from scratch); None when it is unknown (missing, null, or below -1)."""
+    return value if value is not None and value >= NO_CHECKPOINT else None
 
 
 @dataclass
@@ -44,6 +80,10 @@ class Interruption:
     evidence: str | None = None
     #: The nodes every run after this stop leaves out.
     excluded: list[str] = field(default_factory=list)
+    #: How the chain went on, for programs: the ``requeue`` event's ``how`` (continued,
+    #: took_over, slurm, slurm_fallback, in_job), or ``grow`` for a run's move to its grower;
+    #: None when the log does not say. ``how`` is the event's prose.
+    how_code: str | None = None
 
     @property
     def resume_latency(self) -> float | None:
@@ -54,10 +94,19 @@ class Interruption:
 
     @property
     def steps_lost(self) -> int | None:
-        """Steps redone: progress reached before the stop minus the step resumed after."""
-        if self.progress_at_stop is None or self.resumed_from is None:
+        """Steps redone: progress reached before the stop minus the step resumed after (all of
+        them, ``progress + 1``, after a start from scratch); None while the chain has not resumed,
+        or when either step is unknown (:func:`progress_step`, :func:`checkpoint_step`)."""
+        progress = progress_step(self.progress_at_stop)
+        resumed = checkpoint_step(self.resumed_from)
+        if progress is None or resumed is None:
             return None
-        return max(0, self.progress_at_stop - self.resumed_from)
+        return max(0, progress - resumed)
+
+    @property
+    def loss_unknown(self) -> bool:
+        """Whether the chain resumed after this stop but its steps lost are unknown."""
+        return self.resumed_at is not None and self.steps_lost is None
 
     def to_dict(self) -> dict[str, Any]:
         """The interruption as ``history --json`` and ``report --json`` print it."""
@@ -65,14 +114,15 @@ class Interruption:
         return {
             "cause": self.cause,
             "how": self.how,
+            "how_code": self.how_code,
             "job_id": self.job_id,
             "ended_at": self.ended_at,
             "resumed_job_id": self.resumed_job_id,
             "resumed_at": self.resumed_at,
             "resume_latency_s": None if latency is None else round(latency, 1),
-            "checkpoint_at_stop": self.checkpoint_at_stop,
-            "progress_at_stop": self.progress_at_stop,
-            "resumed_from_step": self.resumed_from,
+            "checkpoint_at_stop": checkpoint_step(self.checkpoint_at_stop),
+            "progress_at_stop": progress_step(self.progress_at_stop),
+            "resumed_from_step": checkpoint_step(self.resumed_from),
             "steps_lost": self.steps_lost,
             "suspect": self.suspect,
             "evidence": self.evidence,
@@ -99,9 +149,10 @@ class Chain(eventlog.Chain):
                     job_id=event.stopped_job,
                     ended_at=event.time,
                     how=event.detail,
-                    checkpoint_at_stop=event.number("checkpoint"),
-                    progress_at_stop=event.number("progress"),
+                    checkpoint_at_stop=checkpoint_step(event.number("checkpoint")),
+                    progress_at_stop=progress_step(event.number("progress")),
                     excluded=list(excluded),
+                    how_code=GROW if is_growth(event) else event.text("how") or None,
                 )
                 if fault is not None and fault.cause == event.cause:
                     pending.suspect = fault.text("node") or None
@@ -111,7 +162,7 @@ class Chain(eventlog.Chain):
             elif event.event == "start" and pending is not None:
                 pending.resumed_job_id = event.job_id
                 pending.resumed_at = event.time
-                pending.resumed_from = event.number("checkpoint")
+                pending.resumed_from = checkpoint_step(event.number("checkpoint"))
                 pending = None
         return result
 

@@ -116,7 +116,7 @@ def _from_checkpoints(root: Path, job_id: str) -> tuple[float, int, str] | None:
 def _from_progress(
     root: Path, job_id: str, record: dict[str, Any]
 ) -> tuple[float, int, str] | None:
-    from hpcjobs.jobs.chain import chain_file, read_chain
+    from hpcjobs.jobs.chain import chain_file, checkpoint_step, read_chain
 
     progress = root / "PROGRESS"
     try:
@@ -137,8 +137,10 @@ def _from_progress(
     if not starts:
         return None
     start = starts[-1]
-    first = start.number("checkpoint")
-    first_step = first + 1 if first is not None and first >= 0 else 0
+    first = checkpoint_step(start.number("checkpoint"))
+    if first is None:
+        return None  # resumed from a checkpoint whose step is unknown: no count of steps
+    first_step = first + 1  # -1: no checkpoint, from step 0
     steps = int(text) + 1 - first_step
     if steps < 1 or mtime <= start.time:
         return None

@@ -143,11 +143,17 @@ class ChainReport:
     gaps_s: list[float]
     interruptions: list[dict[str, Any]]
     progress: dict[int, list[Report]]
+    #: The steps lost at the stops whose loss the event log knows, summed; None without stops,
+    #: or when no stop's loss is known and some are unknown (``stops_with_unknown_loss``).
     steps_lost_event_log: int | None
     gpu: GpuSummary | None = None
     notes: list[str] = field(default_factory=list)
     #: Partition -> its price (:mod:`hpcjobs.report.money`); empty: no money is shown.
     rates: dict[str, Rate] = field(default_factory=dict)
+    #: Stops after which the chain resumed but the steps lost are unknown (the program reported
+    #: no progress, or the step of the checkpoint resumed from is unknown): not in
+    #: ``steps_lost_event_log``.
+    stops_with_unknown_loss: int = 0
 
     # ---- totals ---------------------------------------------------------------------------
 
@@ -285,6 +291,7 @@ class ChainReport:
             "biggest_badput": None if self.biggest_badput is None else self.biggest_badput[0],
             "redone_steps": self.redone_steps,
             "steps_lost_event_log": self.steps_lost_event_log,
+            "stops_with_unknown_loss": self.stops_with_unknown_loss,
             "queue_wait_s": self.queue_wait_s,
             "gaps_s": self.gaps_s,
             "not_running_s": self.not_running_s,
@@ -362,6 +369,7 @@ def chain_report(
     gaps = [max(0.0, b.start - a.end) for a, b in pairwise(runs)]
     stops = chain.interruptions() if chain is not None else []
     lost = [s.steps_lost for s in stops if s.steps_lost is not None]
+    unknown = sum(1 for s in stops if s.loss_unknown)
     final = chain.final if chain is not None else None
     name = rows[-1].name if rows else ""
     return ChainReport(
@@ -374,10 +382,11 @@ def chain_report(
         gaps_s=gaps,
         interruptions=[s.to_dict() for s in stops],
         progress=dict(progress),
-        steps_lost_event_log=sum(lost) if stops else None,
+        steps_lost_event_log=sum(lost) if stops and (lost or not unknown) else None,
         gpu=gpu,
         notes=notes,
         rates=dict(rates or {}),
+        stops_with_unknown_loss=unknown,
     )
 
 

@@ -166,10 +166,15 @@ def _timeline(report: ChainReport) -> str:
         xs = xpos(stop["ended_at"])
         cause = escape(str(stop["cause"]))
         lost = stop.get("steps_lost")
+        if lost is not None:
+            lost_text = f", {lost} steps lost"
+        elif stop.get("resumed_at") is not None:
+            lost_text = ", steps lost unknown"
+        else:
+            lost_text = ""
         out.append(
             f'<g class="interruption"><line x1="{xs:.2f}" y1="8" x2="{xs:.2f}" y2="170" '
-            f'stroke="#d9534f" stroke-width="2"><title>{cause}'
-            f"{'' if lost is None else f', {lost} steps lost'}</title></line>"
+            f'stroke="#d9534f" stroke-width="2"><title>{cause}{lost_text}</title></line>'
             f'<text x="{xs + 3:.2f}" y="12">{cause}</text></g>'
         )
     out.append(_steps(report, xpos))

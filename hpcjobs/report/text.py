@@ -52,18 +52,9 @@ def report_text(report: ChainReport) -> str:
         f"Not running (wall clock): queue wait {_dur(report.queue_wait_s)}, gaps between runs "
         f"{gaps}"
     )
-    if report.has_progress:
-        stats = report.step_stats()
-        text = f"Steps: redone {report.redone_steps}"
-        if report.steps_lost_event_log is not None:
-            text += f" (event log: {report.steps_lost_event_log})"
-        text += f"; step time median {_sec(stats['median_s'])}, p90 {_sec(stats['p90_s'])}"
-        if stats["slowest_rank"] is not None and stats["ranks"] > 1:
-            text += (
-                f"; slowest rank {stats['slowest_rank']} on {stats['slowest_node'] or '?'} "
-                f"({_sec(stats['slowest_rank_median_s'])})"
-            )
-        lines.append(text)
+    steps = _steps_line(report)
+    if steps is not None:
+        lines.append(steps)
     headers = ["RUN", "JOB", "START", "ELAPSED", "GPUS", "STATE", "CAUSE", "GOODPUT"]
     headers += ["CPU EFF", "PEAK MEM"]
     rows = []
@@ -105,6 +96,34 @@ def report_text(report: ChainReport) -> str:
     for note in [*report.notes, *([cost_note] if cost_note else [])]:
         lines.append(f"Note: {note}")
     return "\n".join(lines)
+
+
+def _steps_line(report: ChainReport) -> str | None:
+    """Steps redone and step times (with progress reports), and the event log's steps lost."""
+    lost = steps_lost_text(report)
+    if not report.has_progress:
+        return None if lost is None else f"Steps lost (event log): {lost}"
+    stats = report.step_stats()
+    text = f"Steps: redone {report.redone_steps}"
+    if lost is not None:
+        text += f" (event log: {lost})"
+    text += f"; step time median {_sec(stats['median_s'])}, p90 {_sec(stats['p90_s'])}"
+    if stats["slowest_rank"] is not None and stats["ranks"] > 1:
+        text += (
+            f"; slowest rank {stats['slowest_rank']} on {stats['slowest_node'] or '?'} "
+            f"({_sec(stats['slowest_rank_median_s'])})"
+        )
+    return text
+
+
+def steps_lost_text(report: ChainReport) -> str | None:
+    """The event log's steps lost: ``12``, ``12, 2 stops unknown`` (the stops whose loss is
+    unknown are not in the sum), ``unknown at 2 stops``; None without stops."""
+    lost, unknown = report.steps_lost_event_log, report.stops_with_unknown_loss
+    stops = "1 stop" if unknown == 1 else f"{unknown} stops"
+    if lost is None:
+        return f"unknown at {stops}" if unknown else None
+    return f"{lost}, {stops} unknown" if unknown else str(lost)
 
 
 def _pct(value: float | None) -> str:

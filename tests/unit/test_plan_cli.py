@@ -307,6 +307,24 @@ def test_from_run_without_timing_exits_2(tmp_path: Path) -> None:
     assert "nothing to time its steps by" in result.output
 
 
+@pytest.mark.parametrize(("checkpoint", "steps"), [(-1, 10), (4, 5), (None, None)])
+def test_from_run_counts_progress_from_the_checkpoint_resumed(
+    tmp_path: Path, checkpoint: int | None, steps: int | None
+) -> None:
+    """Progress to step 9: from scratch (-1) 10 steps, from checkpoint 4 five; from a
+    checkpoint whose step is unknown (null) no count, rather than one from step 0."""
+    from hpcjobs.plan.fromrun import _from_progress
+    from tests.eventlines import line
+
+    (tmp_path / "PROGRESS").write_text("9\n")
+    os.utime(tmp_path / "PROGRESS", (1010.0, 1010.0))
+    (tmp_path / "chain-8.jsonl").write_text(line("8", "start", at=1000.0, checkpoint=checkpoint))
+    timed = _from_progress(tmp_path, "8", {"spec": {"output_dir": str(tmp_path)}})
+    assert (None if timed is None else timed[1]) == steps
+    if timed is not None:
+        assert timed[0] == pytest.approx(10.0 / timed[1])
+
+
 def test_plan_env_names_are_the_ones_jobs_may_set() -> None:
     from hpcjobs.plan.jobfile import plan_env
     from hpcjobs.plan.memory import Layout

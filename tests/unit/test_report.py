@@ -478,3 +478,76 @@ def test_slurm_24_11_counts_a_release_from_the_jobs_start() -> None:
     )
     assert (lost.elapsed_s, lost.resized, lost.gpu_seconds) == (16, [(2, 3, 6)], 2 * 3 + 14 * 2)
     assert [s.name for s in released.steps] == ["batch", "0", "1", "2", "3"]
+
+
+# ---- steps lost that the event log does not know ------------------------------------------------
+
+
+def _chain_without_progress_at_the_stop(*, known_stop: bool = False) -> Chain:
+    """The recorded chain, its preemption logged with ``progress: -1`` (the supervisor saw no
+    progress); ``known_stop``: and a restart inside job 12 whose loss is known (85 - 80)."""
+    text = (DATA / "chain-10.tsv").read_text().replace("progress=76", "progress=-1")
+    head, end = text.rsplit("1796131161.126388215", 1)
+    if known_stop:
+        head += line(
+            "12",
+            "requeue",
+            "stall",
+            "runs again inside job 12",
+            at=1796131158.0,
+            how="in_job",
+            checkpoint=80,
+            progress=85,
+        )
+        head += line("12", "start", at=1796131158.5, checkpoint=80)  # fmt: skip
+    return parse_chain(head + "1796131161.126388215" + end)
+
+
+def test_a_stop_without_progress_is_unknown_loss_in_the_report_not_zero() -> None:
+    from hpcjobs.report.text import report_text
+
+    usage, _, progress = recorded()
+    report = chain_report("10", usage, _chain_without_progress_at_the_stop(), progress)
+    assert (report.steps_lost_event_log, report.stops_with_unknown_loss) == (None, 1)
+    data = report.to_dict()
+    assert (data["steps_lost_event_log"], data["stops_with_unknown_loss"]) == (None, 1)
+    (stop,) = data["interruptions"]
+    assert (stop["progress_at_stop"], stop["steps_lost"], stop["how_code"]) == (
+        None,
+        None,
+        "continued",
+    )
+    assert f"Steps: redone {report.redone_steps} (event log: unknown at 1 stop)" in (
+        report_text(report)
+    )
+    assert "preemption, steps lost unknown</title>" in report_page([report])
+
+
+def test_known_losses_are_summed_and_the_unknown_stops_counted() -> None:
+    from hpcjobs.report.text import report_text
+
+    usage, _, progress = recorded()
+    chain = _chain_without_progress_at_the_stop(known_stop=True)
+    report = chain_report("10", usage, chain, progress)
+    assert (report.steps_lost_event_log, report.stops_with_unknown_loss) == (5, 1)
+    assert [s["steps_lost"] for s in report.interruptions] == [None, 5]
+    assert [s["how_code"] for s in report.interruptions] == ["continued", "in_job"]
+    assert "(event log: 5, 1 stop unknown)" in report_text(report)
+    # Without progress reports there is no breakdown; the event log's count still shows.
+    bare = chain_report("10", usage, chain, {})
+    assert "Steps lost (event log): 5, 1 stop unknown" in report_text(bare)
+    # Every loss known: the sum alone, as before.
+    usage, chain, progress = recorded()
+    known = chain_report("10", usage, chain, progress)
+    assert (known.steps_lost_event_log, known.to_dict()["stops_with_unknown_loss"]) == (2, 0)
+    assert "(event log: 2)" in report_text(known)
+    assert "Steps lost (event log): 2" in report_text(chain_report("10", usage, chain, {}))
+
+
+def test_report_help_names_the_costs_and_where_the_prices_come_from() -> None:
+    result = CliRunner().invoke(cli, ["report", "--help"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "Cost:" in text and "partitions[].price" in text
+    assert "per GPU-hour or per node-hour" in text and '--json "cost"' in text
+    assert "--site" in text and "no cost is shown" in text

@@ -20,7 +20,7 @@ from hpcjobs.jobs.chain import Chain, Event, ended_by_accounting, format_event, 
 from hpcjobs.jobs.records import remember
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.slurm import backend
-from tests.eventlines import from_prose
+from tests.eventlines import from_prose, line
 from tests.fakes import FakeRunner, client_for, ok
 from tests.unit.test_follow import _line
 
@@ -176,6 +176,51 @@ def test_history_of_a_chain_still_going(slurm: SlurmAndFiles, tmp_path: Path) ->
     slurm.add("sacct", _sacct_by_id(records))  # type: ignore[arg-type]
     result = CliRunner().invoke(cli, ["history", "40"])
     assert "Result: still running" in result.output
+
+
+def test_history_says_unknown_steps_lost_not_zero(slurm: SlurmAndFiles, tmp_path: Path) -> None:
+    """A start from scratch loses progress + 1 steps; a stop without progress, or a start from a
+    checkpoint of unknown step, loses an unknown number: ``?`` in the table, null in JSON."""
+    go = {"how": "continued"}
+    _chain(
+        tmp_path,
+        "40",
+        line("40", "start", at=1.0, checkpoint=-1),
+        line("40", "requeue", "preemption", "continued as job 42", at=2.0, next="42",
+             checkpoint=-1, progress=9, **go),
+        line("42", "start", at=3.0, checkpoint=-1),
+        line("42", "requeue", "timeout", "continued as job 44", at=4.0, next="44",
+             checkpoint=12, progress=-1, **go),
+        line("44", "start", at=5.0, checkpoint=12),
+        line("44", "requeue", "preemption", "continued as job 46", at=6.0, next="46",
+             checkpoint=20, progress=25, **go),
+        line("46", "start", at=7.0, checkpoint=None),
+        line("46", "requeue", "timeout", "continued as job 48", at=8.0, next="48",
+             checkpoint=30, progress=31, **go),
+    )  # fmt: skip
+    records = {j: _sacct(j, "COMPLETED") for j in ("40", "42", "44", "46")}
+    records["48"] = _sacct("48", "PENDING", start="None")
+    slurm.add("sacct", _sacct_by_id(records))  # type: ignore[arg-type]
+    result = CliRunner().invoke(cli, ["history", "40"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    rows = lines[lines.index("Interruptions:") + 2 :][:4]
+    # RESUMED FROM STEP and STEPS LOST: from scratch, no progress, unknown checkpoint, pending.
+    assert [row.split()[5:7] for row in rows] == [
+        ["-", "10"], ["12", "?"], ["?", "?"], ["-", "-"]
+    ]  # fmt: skip
+    assert "  ?: unknown (the program reported no progress" in result.output
+    data = json.loads(CliRunner().invoke(cli, ["history", "--json", "40"]).stdout)
+    got = [
+        (i["progress_at_stop"], i["resumed_from_step"], i["steps_lost"], i["how_code"])
+        for i in data["interruptions"]
+    ]
+    assert got == [
+        (9, -1, 10, "continued"),
+        (None, 12, None, "continued"),
+        (25, None, None, "continued"),
+        (31, None, None, "continued"),
+    ]
 
 
 def test_cancel_logs_the_end_of_a_chain_whose_newest_job_was_pending(
