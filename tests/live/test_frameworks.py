@@ -23,6 +23,7 @@ import pytest
 
 from hpcjobs.jobs.chain import Chain
 from tests.live.cluster import HPCJOBS, PYTHON, Cluster, Job
+from tests.live.test_faults import node_down, nodes_of
 from tests.live.waiting import wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -192,3 +193,60 @@ def test_a_program_that_ends_inside_the_grace_time_is_not_run_again(cluster: Clu
     assert chain.final.text("rule") == "ended_on_its_own", chain.final
     assert len(set(chain.job_ids)) == 1, log
     assert "\n39\n" in log and log.count("hpcjobs: run ") == 1, log
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_lightning_on_two_nodes_resumes_from_its_newest_checkpoint_after_a_lost_node(
+    cluster: Cluster,
+) -> None:
+    """No warning: Lightning saved no HPC checkpoint; its ModelCheckpoint saved at each epoch's
+    end (32 steps at 2 ranks), and that is what the next run resumes from."""
+    command = [PYTHON, str(EXAMPLES / "lightning_train.py"), "--steps", "200"]
+    command += ["--step-time", "0.05", "--samples", "1024", "--trace", "trace"]
+    job = submit_program(cluster, "lightning-node", command, "-N", "2")
+    trained(job, 45, timeout=180)
+    first = nodes_of(cluster, job.root)
+    batch = [e for e in job.chain.events if e.event == "start"][0].text("batch")
+    victim = next(n for n in first if n != batch)
+    with node_down(cluster, victim):
+        wait_for("the next run", lambda: len(starts(job.chain)) >= 2, 90)
+    chain = job.ended(timeout=240)
+
+    log = job.log
+    stops = chain.interruptions()
+    assert [s.cause for s in stops] == ["node_failure"], log
+    assert chain.final is not None and chain.final.detail.startswith("completed"), log
+    assert "Lightning's newest ModelCheckpoint is newer than its HPC checkpoints" in log, log
+    assert "Restoring states from the checkpoint path at" in log, log
+    pairs = trace(job)
+    assert max(step for _pid, step in pairs) == 199, pairs[-5:]
+    # Resumed from the newest epoch's end (every 32 steps), not from step 0.
+    (lost,) = redone(pairs)
+    assert lost <= 32, lost
+    assert stops[0].resumed_from is not None and stops[0].resumed_from >= 31, stops[0]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_accelerate_loop_with_the_helper_saves_on_the_warning(cluster: Cluster) -> None:
+    command = [PYTHON, str(EXAMPLES / "accelerate_train.py"), "--steps", "400"]
+    command += ["--step-time", "0.05", "--save-every", "100", "--trace", "trace"]
+    job = submit_program(cluster, "accelerate", command)
+    trained(job, 40, timeout=180)
+    ended = preempt_and_wait(cluster)
+    chain = job.ended(timeout=180)
+
+    log = job.log
+    stops = chain.interruptions()
+    assert [s.cause for s in stops] == ["preemption"], log
+    assert chain.final is not None and chain.final.detail.startswith("completed"), log
+    assert "SIGUSR2 to 1 process(es)" in log, log
+    pairs = trace(job)
+    assert max(step for _pid, step in pairs) == 399, pairs[-5:]
+    (lost,) = redone(pairs)
+    assert lost <= 3, lost
+    assert starts(chain)[1] - ended <= 5, (starts(chain), ended)
+    # It reports its steps: history knows what the stop cost.
+    stop = interruptions(history_json(cluster, job))[0]
+    assert stop["steps_lost"] is not None and 0 <= stop["steps_lost"] <= 3, stop

@@ -19,6 +19,7 @@ import contextlib
 import os
 import pickle
 import re
+import shutil
 import zipfile
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
@@ -167,6 +168,62 @@ def _scan(folders: Sequence[str]) -> Iterable[os.DirEntry[str]]:
             with contextlib.suppress(OSError):
                 if depth == 0 and not hidden and entry.is_dir(follow_symlinks=False):
                     todo.append((entry.path, 1))
+
+
+#: Where Lightning's ``ModelCheckpoint`` saves by default, under ``default_root_dir``.
+LIGHTNING_LOGS = "lightning_logs"
+_MODEL_CHECKPOINT = re.compile(r".*step=([0-9]+).*\.ckpt")
+
+
+def adopt_lightning(folder: str) -> str:
+    """Make the newest checkpoint Lightning's ``ModelCheckpoint`` saved under ``folder``'s
+    ``lightning_logs/version_*/checkpoints/`` the one Lightning resumes from by itself on Slurm,
+    where it is newer than every ``hpc_ckpt_<N>.ckpt`` there: a hard link (a copy where links
+    are refused) ``hpc_ckpt_<N+1>.ckpt``, made atomically. Run before a run after the first,
+    for a program that saved no HPC checkpoint before it stopped (a lost node, a crash). The
+    path made ("" for none). Nothing is moved or deleted."""
+    logs = os.path.join(folder, LIGHTNING_LOGS)
+    if not os.path.isdir(logs):
+        return ""
+    number, newest_hpc = 0, 0.0
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            match = _LIGHTNING.fullmatch(entry.name)
+            if match:
+                number = max(number, int(match.group(1)))
+                with contextlib.suppress(OSError):
+                    newest_hpc = max(newest_hpc, entry.stat().st_mtime)
+    best, best_mtime = "", newest_hpc
+    seen = 0
+    with contextlib.suppress(OSError), os.scandir(logs) as versions:
+        for version in versions:
+            checkpoints = os.path.join(version.path, "checkpoints")
+            with contextlib.suppress(OSError), os.scandir(checkpoints) as files:
+                for entry in files:
+                    seen += 1
+                    if seen > MAX_ENTRIES:
+                        break
+                    if not _MODEL_CHECKPOINT.fullmatch(entry.name):
+                        continue
+                    with contextlib.suppress(OSError):
+                        mtime = entry.stat().st_mtime
+                        if mtime > best_mtime:
+                            best, best_mtime = entry.path, mtime
+    if not best:
+        return ""
+    target = os.path.join(folder, f"hpc_ckpt_{number + 1}.ckpt")
+    tmp = os.path.join(folder, f".hpc_ckpt_{number + 1}.ckpt.hpcjobs-{os.getpid()}")
+    try:
+        try:
+            os.link(best, tmp)
+        except OSError:
+            shutil.copy2(best, tmp)
+        os.replace(tmp, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return ""
+    return target
 
 
 def newest(folders: Sequence[str]) -> Found | None:

@@ -591,6 +591,13 @@ class Supervisor:
 
     def announce(self, count: int) -> None:
         """Log that run ``count`` of the chain begins (its ``start`` event)."""
+        if count > 0 and self.latest_step() < 0:
+            adopted = frameworks.adopt_lightning(os.getcwd())
+            if adopted:
+                self.log(
+                    f"Lightning's newest ModelCheckpoint is newer than its HPC checkpoints: "
+                    f"linked as {adopted}, which Lightning resumes from"
+                )
         step, found = self.newest()
         nodelist = ",".join(self.step) or self.env.get("SLURM_JOB_NODELIST") or "?"
         batch = self.batch or "?"
