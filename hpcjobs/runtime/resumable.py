@@ -43,12 +43,14 @@ from typing import Any, NoReturn
 
 from hpcjobs.runtime.checkpoint import ENV_DIR, CheckpointDir, report_step
 from hpcjobs.runtime.stopflag import StopFlag, initialised_dist
+from hpcjobs.runtime.supervisor.requeuerequest import request_continuation
 
 log = logging.getLogger(__name__)
 
-#: Exit status of a run that stopped after saving its checkpoint (sysexits' EX_TEMPFAIL).
-#: The batch script decides from the cause (preemption, time limit), not from this code.
-EXIT_INTERRUPTED = 75
+#: Exit status of a run that stopped after saving its checkpoint: 0, so that srun reports no
+#: failed task for a normal stop. The supervisor decides from the cause (preemption, time
+#: limit) and from the request to continue that :class:`Interrupted` makes, not from this code.
+EXIT_INTERRUPTED = 0
 
 #: Instance attributes that only exist while the callable runs; never pickled.
 _RUNTIME = ("_hpcjobs_checkpoints", "_hpcjobs_stop")
@@ -65,6 +67,7 @@ class Interrupted(SystemExit):
     def __init__(self, message: str = "interrupted; checkpoint saved") -> None:
         super().__init__(EXIT_INTERRUPTED)
         self.message = message
+        request_continuation()  # the run stops to go on: not a finished one
 
     def __str__(self) -> str:
         return self.message

@@ -6,29 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 
 from hpcjobs.runtime.checkpoint import CheckpointDir, report_step
 from hpcjobs.runtime.progress import current_rank
 from hpcjobs.runtime.stopflag import StopFlag, signal_from_env
-from hpcjobs.runtime.supervisor.requeuerequest import ENV_REQUEST
+from hpcjobs.runtime.supervisor.requeuerequest import request_continuation
 
-
-def request_continuation() -> bool:
-    """Ask the job's supervisor to continue the run in a new job once this one ends (what a
-    framework's ``scontrol requeue`` does inside an hpcjobs job). False outside one."""
-    path = os.environ.get(ENV_REQUEST, "")
-    if not path:
-        return False
-    old = os.umask(0o077)
-    try:
-        with open(path, "w", encoding="ascii") as handle:
-            handle.write(f"{int(time.time())}\n")
-    except OSError:
-        return False
-    finally:
-        os.umask(old)
-    return True
+__all__ = ["JobLink", "request_continuation"]
 
 
 class JobLink:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 
 #: In the step's environment: the file ``scontrol requeue`` of the job itself writes.
 ENV_REQUEST = "HPCJOBS_REQUEUE_REQUEST"
@@ -71,6 +72,24 @@ def install(support: str) -> str:
             os.unlink(tmp)
         raise
     return folder
+
+
+def request_continuation() -> bool:
+    """Ask the job's supervisor to continue the run in a new job once this one ends: what
+    ``scontrol requeue`` of the job does inside it, for Python code (the integrations,
+    :class:`hpcjobs.runtime.resumable.Interrupted`). False outside an hpcjobs job."""
+    path = os.environ.get(ENV_REQUEST, "")
+    if not path:
+        return False
+    old = os.umask(0o077)
+    try:
+        with open(path, "w", encoding="ascii") as handle:
+            handle.write(f"{int(time.time())}\n")
+    except OSError:
+        return False
+    finally:
+        os.umask(old)
+    return True
 
 
 def step_env(env: dict[str, str], folder: str, request: str) -> dict[str, str]:
