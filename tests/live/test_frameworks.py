@@ -207,7 +207,7 @@ def test_lightning_on_two_nodes_resumes_from_its_newest_checkpoint_after_a_lost_
     job = submit_program(cluster, "lightning-node", command, "-N", "2")
     trained(job, 45, timeout=180)
     first = nodes_of(cluster, job.root)
-    batch = [e for e in job.chain.events if e.event == "start"][0].text("batch")
+    batch = next(e for e in job.chain.events if e.event == "start").text("batch")
     victim = next(n for n in first if n != batch)
     with node_down(cluster, victim):
         wait_for("the next run", lambda: len(starts(job.chain)) >= 2, 90)

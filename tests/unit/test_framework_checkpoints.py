@@ -44,4 +44,5 @@ def test_newest_across_layouts_and_one_level_down(tmp_path: Path) -> None:
     _lightning_file(tmp_path / "hpc_ckpt_1.ckpt", 50)
     found = frameworks.newest([str(tmp_path), ""])
     assert found is not None and (found.kind, found.step) == (frameworks.LIGHTNING, 49)
-    assert "PyTorch Lightning checkpoint" in found.describe() and "50 steps done" in found.describe()
+    said = found.describe()
+    assert "PyTorch Lightning checkpoint" in said and "50 steps done" in said

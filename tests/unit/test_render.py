@@ -300,10 +300,10 @@ def test_quote_and_raw() -> None:
         render_template(env, "missing.sh.j2", {})
 
 
-def test_render_cli_prints_script_and_sbatch_line() -> None:
-    result = CliRunner().invoke(
-        cli, ["--site", "sandbox", "render", "-N", "2", "-J", "x y", "--", "python", "t.py"]
-    )
+def test_render_cli_prints_script_and_sbatch_line(tmp_path: Path) -> None:
+    out = str(tmp_path / "out")  # render writes the supervisor there (test_supervisorapp.py)
+    argv = ["--site", "sandbox", "render", "-N", "2", "-J", "x y", "--output-dir", out]
+    result = CliRunner().invoke(cli, [*argv, "--", "python", "t.py"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0] == "#!/bin/bash"

@@ -10,7 +10,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
+from hpcjobs.cli import cli
 from hpcjobs.jobs.supervisorapp import (
     supervisor_app,
     supervisor_name,
@@ -84,3 +86,96 @@ def test_setup_python_is_a_command_or_a_path(python: str) -> None:
 
     with pytest.raises(ValidationError):
         Setup(python=python)
+
+
+# ---- 'hpcjobs render' writes it, so that its script can be given to sbatch by hand ------------
+
+
+def _render(tmp_path: Path, *extra: str) -> tuple[Path, Result]:
+    out = tmp_path / "out"
+    argv = ["--site", "sandbox", "render", "--output-dir", str(out), *extra, "--", "true"]
+    return out, CliRunner().invoke(cli, argv, env={"HPCJOBS_NO_TEMPLATE_CACHE": "1"})
+
+
+def test_render_writes_the_supervisor_its_script_runs(tmp_path: Path) -> None:
+    out, result = _render(tmp_path)
+    assert result.exit_code == 0, result.output
+    path = supervisor_path(out)
+    assert f"hpcjobs_supervisor={path}\n" in result.stdout  # the path the script names
+    assert path.read_bytes() == supervisor_app()
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert zipfile.is_zipfile(path)
+    listing = subprocess.run(
+        [sys.executable, "-m", "zipfile", "-l", str(path)], capture_output=True, text=True
+    )
+    assert listing.returncode == 0 and "__main__.py" in listing.stdout
+    # One line on stderr names it; stdout is the script alone.
+    assert result.stderr == f"Supervisor: wrote {path} (the script runs it)\n"
+    assert "Supervisor:" not in result.stdout
+
+
+def test_a_second_render_checks_before_it_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out, first = _render(tmp_path)
+    assert first.exit_code == 0, first.output
+    from hpcjobs.jobs import supervisorapp
+
+    def never() -> bytes:
+        raise AssertionError("the archive was built though the file is there")
+
+    monkeypatch.setattr(supervisorapp, "supervisor_app", never)
+    _, again = _render(tmp_path)
+    assert again.exit_code == 0, again.output
+    assert (
+        again.stderr
+        == f"Supervisor: {supervisor_path(out)} is already there (the script runs it)\n"
+    )
+
+
+def test_help_and_dry_run_write_nothing(tmp_path: Path) -> None:
+    out, result = _render(tmp_path, "--help")
+    assert result.exit_code == 0 and "supervisor" in result.stdout
+    assert "sbatch job.sh" in result.stdout
+    assert not out.exists()
+    argv = ["--site", "sandbox", "submit", "--dry-run", "--output-dir", str(out), "--", "true"]
+    dry = CliRunner().invoke(cli, argv)
+    assert dry.exit_code == 0, dry.output
+    assert not out.exists()
+
+
+def test_a_script_that_runs_no_supervisor_gets_none(tmp_path: Path) -> None:
+    blocks = tmp_path / "tpl" / "blocks"
+    blocks.mkdir(parents=True)
+    (blocks / "launch.sh.j2").write_text("exec {{ command | shjoin }}\n")
+    out, result = _render(tmp_path, "--template-dir", str(tmp_path / "tpl"))
+    assert result.exit_code == 0, result.output
+    assert not out.exists() and "Supervisor:" not in result.output
+
+
+def test_render_into_a_folder_it_cannot_write_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "out").write_text("a file, not a folder\n")
+    out, result = _render(tmp_path)
+    assert result.exit_code == 2
+    assert result.stdout == ""  # no script to give to sbatch
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith(f"Error: cannot create folder {out}/.hpcjobs: ")
+    assert lines[1].startswith("Hint: choose another output dir") and "--dry-run" in lines[1]
+    assert len(lines) == 2
+
+
+def test_an_unwritable_supervisor_folder_is_bad_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcjobs.errors import BadInputError
+    from hpcjobs.jobs import records
+
+    def refuse(path: Path, data: object, **kwargs: object) -> Path:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(records, "write_atomic", refuse)
+    target = tmp_path / ".hpcjobs" / supervisor_name()
+    with pytest.raises(BadInputError, match="cannot write the job's supervisor") as info:
+        write_supervisor(target)
+    assert "Permission denied" in info.value.message and info.value.hint
