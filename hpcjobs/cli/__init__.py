@@ -24,7 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sandbox": ("hpcjobs.cli.sandbox:sandbox", "Run a real local Slurm cluster for trying jobs."),
     "site": ("hpcjobs.cli.site:site", "List, show, validate, discover site configs; schema."),
     "submit": ("hpcjobs.cli.submit:submit", "Render a job script for the site and submit it."),
-    "render": ("hpcjobs.cli.submit:render", "Print a job script without submitting it."),
+    "render": (
+        "hpcjobs.cli.submit:render",
+        "Print a job script to sbatch by hand; write its supervisor.",
+    ),
     "template": ("hpcjobs.cli.template:template", "Show job-script templates and blocks."),
     "job": ("hpcjobs.cli.job:job", "Job files: the JSON Schema of what they may hold."),
     "status": ("hpcjobs.cli.status:status", "Show the state of jobs (one Slurm query)."),

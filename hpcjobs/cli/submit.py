@@ -1,8 +1,9 @@
 """``hpcjobs submit`` and ``hpcjobs render``: describe a job, render its script, submit it.
 
 Flags use sbatch's names. A YAML job file (``-f job.yaml``) holds the same fields; flags
-override it. ``--dry-run`` (or ``render``) prints the script and the sbatch command line and
-submits nothing.
+override it. ``--dry-run`` prints the script and the sbatch command line, and submits and
+writes nothing; ``render`` prints the same and writes the job's supervisor where the script
+runs it from, so that the printed script can be given to ``sbatch`` by hand.
 """
 
 from __future__ import annotations
@@ -154,7 +155,12 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command("submit", context_settings=_SETTINGS)
 @_job_options
-@click.option("--dry-run", is_flag=True, help="Print the script and sbatch line; submit nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the script and sbatch line; submit and write nothing ('render' also writes "
+    "the supervisor the script runs, for an sbatch by hand).",
+)
 @click.option(
     "--after",
     "after",
@@ -246,9 +252,42 @@ def submit(
 @_job_options
 @click.pass_context
 def render(ctx: click.Context, /, **fields: Any) -> None:
-    """Print the job script and sbatch line without submitting (submit --dry-run)."""
+    """Print the job script and sbatch line without submitting; write the supervisor it runs.
+
+    \b
+      hpcjobs render -N 2 -t 1:00:00 -- python train.py > job.sh
+      sbatch job.sh        # runs, and recovers, as 'hpcjobs submit' would
+
+    The script ends by starting the job's supervisor (docs/requeue.md), a zipapp that render
+    writes where the script names it, OUTPUT_DIR/.hpcjobs/supervisor-<hash>.pyz (mode 0600;
+    only if it is not there yet), and names on stderr: stdout is the script. Give the script
+    to sbatch on this machine or one sharing the output dir; for a login node over SSH, use
+    'hpcjobs submit --host'. 'submit --dry-run' prints the same and writes nothing.
+    """
     rendered = _render(ctx, fields)
-    _print_dry_run(rendered, _dry_run_plan(rendered, []))
+    plan = _dry_run_plan(rendered, [])
+    _write_supervisor(rendered)
+    _print_dry_run(rendered, plan)
+
+
+def _write_supervisor(rendered: Any) -> None:
+    """Write the supervisor a rendered script runs, where it runs it from, unless it is there
+    (its name is its content's hash) or the script (a template of the user's) never runs it."""
+    path: Path | None = rendered.supervisor
+    if path is None or (
+        str(path) not in rendered.script and shlex.quote(str(path)) not in rendered.script
+    ):
+        return
+    from hpcjobs.jobs.supervisorapp import ensure_supervisor
+
+    try:
+        wrote = ensure_supervisor(path)
+    except BadInputError as exc:
+        dry = "'hpcjobs submit --dry-run' prints the script and writes nothing"
+        exc.hint = f"{exc.hint}; {dry}" if exc.hint else dry
+        raise
+    said = f"wrote {path}" if wrote else f"{path} is already there"
+    click.echo(f"Supervisor: {said} (the script runs it)", err=True)
 
 
 def _render(

@@ -2,11 +2,13 @@
 
 ``hpcjobs submit`` writes it next to the job's output, at :func:`supervisor_path`, and the
 batch script runs it with the site's ``python3``: nothing of hpcjobs has to be installed on the
-compute nodes. Its name holds a hash of what it is made of (each entry's name and bytes), so a
-job that is still running keeps the supervisor it was submitted with when a newer hpcjobs submits
-another job into the same folder. The archive is the same bytes for the same sources (fixed time
-stamps, sorted entries); naming it does not build it, which a render that only prints the script
-would pay for on every start.
+compute nodes. ``hpcjobs render`` writes it there too (:func:`ensure_supervisor`), so that a
+script it prints can be given to ``sbatch`` by hand. Its name holds a hash of what it is made of
+(each entry's name and bytes), so a job that is still running keeps the supervisor it was
+submitted with when a newer hpcjobs submits another job into the same folder. The archive is
+the same bytes for the same sources (fixed time stamps, sorted entries); naming it does not
+build it, which a render would pay for on every start: a render builds and writes it only when
+the file is not there yet.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import functools
 import hashlib
 from pathlib import Path
 
+from hpcjobs.errors import BadInputError
 from hpcjobs.jobs.records import FileStore, LocalFiles
 from hpcjobs.runtime.supervisor import names
 
@@ -76,11 +79,43 @@ def supervisor_path(output_dir: str | Path) -> Path:
 
 def write_supervisor(path: Path, files: FileStore | None = None) -> Path:
     """Write the supervisor to ``path`` (its folder is created private), through ``files``
-    (default: this machine; a remote submission passes its SSH runner). Returns ``path``."""
+    (default: this machine; a remote submission passes its SSH runner). Returns ``path``.
+
+    Raises:
+        BadInputError: the folder cannot be created or written here (exit 2).
+        TransportError: the SSH runner could not write it (exit 4).
+    """
     store = files or LocalFiles()
     store.makedirs(str(path.parent))
-    store.write_bytes(str(path), supervisor_app())
+    try:
+        store.write_bytes(str(path), supervisor_app())
+    except OSError as exc:  # this machine's; the SSH runner raises TransportError
+        raise BadInputError(
+            f"cannot write the job's supervisor {path}: {exc.strerror or exc}",
+            hint=f"choose another output dir (--output-dir), or make {path.parent} writable",
+        ) from exc
     return path
 
 
-__all__ = ["FOLDER", "supervisor_app", "supervisor_name", "supervisor_path", "write_supervisor"]
+def ensure_supervisor(path: Path) -> bool:
+    """Write the supervisor to ``path`` on this machine unless a file is already there (its
+    name is its content's hash, so one there is this one); building the archive is paid only
+    for a write. Returns whether it wrote it.
+
+    Raises:
+        BadInputError: the folder cannot be created or written (exit 2).
+    """
+    if path.is_file():
+        return False
+    write_supervisor(path)
+    return True
+
+
+__all__ = [
+    "FOLDER",
+    "ensure_supervisor",
+    "supervisor_app",
+    "supervisor_name",
+    "supervisor_path",
+    "write_supervisor",
+]

@@ -73,11 +73,11 @@ export -f hpcjobs_start hpcjobs_rank_setup
 # SIGUSR2 to the processes that listen for it, forwards SIGTERM, watches for
 # stalls, and decides how the job goes on: finished,
 # failed, or continued from its last checkpoint after a preemption, the time limit or a fault.
-# It is Python (standard library only) that 'hpcjobs submit' writes next to the job's output.
+# It is Python (standard library only) that 'hpcjobs submit' (and 'render') writes next to the job's output.
 hpcjobs_policy='{"budgets":{"application":0,"infrastructure":3,"node_failure":5,"preemption":20,"stall":3,"timeout":10},"format":1,"forward":["USR2","TERM"],"health_check":"","health_timeout":60,"lead":60,"max_excluded":8,"max_total":null,"min_nodes":0,"node_multiple":1,"nodes":1,"patterns":[],"sbatch_args":["--job-name=preprocess","--partition=batch","--nodes=1","--ntasks-per-node=1","--cpus-per-task=8","--time=00:20:00","--account=sandbox","--output=/home/user/hpcjobs/runs/preprocess/slurm-%j.out","--open-mode=append","--signal=B:USR2@60","--no-requeue"],"signal":"USR2","spare_nodes":0,"stall_grace":10,"stall_timeout":1800,"standby":false}'
 hpcjobs_supervisor=/home/user/hpcjobs/runs/preprocess/.hpcjobs/supervisor-HASH.pyz
 if [ ! -r "$hpcjobs_supervisor" ] || ! "$HPCJOBS_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 8))'; then
-  echo "hpcjobs: cannot start the job's supervisor $hpcjobs_supervisor ('hpcjobs submit' writes it) with $HPCJOBS_PYTHON (the site's setup.python, Python 3.8 or newer)" >&2
+  echo "hpcjobs: cannot start the job's supervisor $hpcjobs_supervisor ('hpcjobs submit' and 'hpcjobs render' write it) with $HPCJOBS_PYTHON (the site's setup.python, Python 3.8 or newer)" >&2
   exit 2
 fi
 # shellcheck disable=SC2016
