@@ -28,6 +28,7 @@ from hpcjobs.runtime.jobenv import (
     RUN_FILE,
 )
 from hpcjobs.runtime.supervisor.cli import ENV_PYTHON
+from hpcjobs.runtime.supervisor.deliver import ENV_PROGRAM
 from hpcjobs.runtime.supervisor.names import ENV_OUTPUT_DIR, LEGACY_ENV_OUTPUT_DIR
 from hpcjobs.script.binding import BindingPlan, plan_binding
 from hpcjobs.script.jobspec import JobSpec, Where, resolve_spec
@@ -307,6 +308,7 @@ def _context(
         "container": container,
         "torchrun": job.torchrun,
         "master_port_expr": Raw(master_port_expr()),
+        "program_env": ENV_PROGRAM,
         "has_topology": topology is not None,
     }
 
