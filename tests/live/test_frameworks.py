@@ -108,6 +108,20 @@ def starts(chain: Chain) -> list[float]:
     return [event.time for event in chain.events if event.event == "start"]
 
 
+def one_stop_then_finished(job: Job, chain: Chain, cause: str, steps: int, redo: int) -> str:
+    """The chain stopped once for ``cause``, came back once and finished; the program trained
+    all of its ``steps``, and at most ``redo`` of them twice. The chain's log."""
+    log = job.log
+    assert [s.cause for s in chain.interruptions()] == [cause], log
+    assert chain.final is not None and chain.final.detail.startswith("completed"), log
+    assert len(set(chain.job_ids)) == 2, log
+    pairs = trace(job)
+    assert max(step for _pid, step in pairs) == steps - 1, pairs[-5:]
+    (lost,) = redone(pairs)
+    assert lost <= redo, lost
+    return log
+
+
 @pytest.mark.slurm
 @pytest.mark.slow
 @pytest.mark.parametrize("callback", [False, True], ids=["defaults", "hpcjobs-callback"])
@@ -122,20 +136,12 @@ def test_lightning_with_trainer_defaults_resumes_after_preemption(
     ended = preempt_and_wait(cluster)
     chain = job.ended(timeout=180)
 
-    log = job.log
-    stops = chain.interruptions()
-    assert [s.cause for s in stops] == ["preemption"], log
-    assert chain.final is not None and chain.final.detail.startswith("completed"), log
-    assert len(set(chain.job_ids)) == 2, log
+    log = one_stop_then_finished(job, chain, "preemption", 400, 3)
     # The warning went out as SIGUSR1 (Lightning's) without the callback, as the job's warning
     # signal with it; either way Lightning's checkpoint is what the next run resumed from.
     assert ("SIGUSR1 to 1 process(es)" in log) != callback, log
     assert "newest checkpoint: PyTorch Lightning checkpoint" in log, log
     assert "Restoring states from the checkpoint path at" in log, log
-    pairs = trace(job)
-    assert max(step for _pid, step in pairs) == 399, pairs[-5:]
-    lost = redone(pairs)
-    assert len(lost) == 1 and lost[0] <= 3, lost
     # Running again within seconds of the preemptor's end (the standby, no requeue hold).
     assert starts(chain)[1] - ended <= 5, (starts(chain), ended)
     # What history says: the step resumed from is read from Lightning's checkpoint; the step
@@ -159,17 +165,10 @@ def test_hf_trainer_resumes_from_its_newest_checkpoint(cluster: Cluster) -> None
     preempt_and_wait(cluster)
     chain = job.ended(timeout=240)
 
-    log = job.log
-    stops = chain.interruptions()
-    assert [s.cause for s in stops] == ["preemption"], log
-    assert chain.final is not None and chain.final.detail.startswith("completed"), log
+    log = one_stop_then_finished(job, chain, "preemption", 600, save_steps + 2)
     # It catches no warning signal: it got none, and ran until Slurm's SIGTERM.
     assert "1 process(es) listen for none" in log, log
     assert "newest checkpoint: Hugging Face Trainer checkpoint" in log, log
-    pairs = trace(job)
-    assert max(step for _pid, step in pairs) == 599, pairs[-5:]
-    lost = redone(pairs)
-    assert len(lost) == 1 and lost[0] <= save_steps + 2, lost
     stop = interruptions(history_json(cluster, job))[0]
     # It reports no progress: the loss is unknown, not 0.
     assert stop["steps_lost"] is None and stop["progress_at_stop"] is None, stop
@@ -213,17 +212,11 @@ def test_lightning_on_two_nodes_resumes_from_its_newest_checkpoint_after_a_lost_
         wait_for("the next run", lambda: len(starts(job.chain)) >= 2, 90)
     chain = job.ended(timeout=240)
 
-    log = job.log
-    stops = chain.interruptions()
-    assert [s.cause for s in stops] == ["node_failure"], log
-    assert chain.final is not None and chain.final.detail.startswith("completed"), log
+    # Resumed from the newest epoch's end (every 32 steps), not from step 0.
+    log = one_stop_then_finished(job, chain, "node_failure", 200, 32)
     assert "Lightning's newest ModelCheckpoint is newer than its HPC checkpoints" in log, log
     assert "Restoring states from the checkpoint path at" in log, log
-    pairs = trace(job)
-    assert max(step for _pid, step in pairs) == 199, pairs[-5:]
-    # Resumed from the newest epoch's end (every 32 steps), not from step 0.
-    (lost,) = redone(pairs)
-    assert lost <= 32, lost
+    stops = chain.interruptions()
     assert stops[0].resumed_from is not None and stops[0].resumed_from >= 31, stops[0]
 
 
@@ -237,15 +230,8 @@ def test_accelerate_loop_with_the_helper_saves_on_the_warning(cluster: Cluster) 
     ended = preempt_and_wait(cluster)
     chain = job.ended(timeout=180)
 
-    log = job.log
-    stops = chain.interruptions()
-    assert [s.cause for s in stops] == ["preemption"], log
-    assert chain.final is not None and chain.final.detail.startswith("completed"), log
+    log = one_stop_then_finished(job, chain, "preemption", 400, 3)
     assert "SIGUSR2 to 1 process(es)" in log, log
-    pairs = trace(job)
-    assert max(step for _pid, step in pairs) == 399, pairs[-5:]
-    (lost,) = redone(pairs)
-    assert lost <= 3, lost
     assert starts(chain)[1] - ended <= 5, (starts(chain), ended)
     # It reports its steps: history knows what the stop cost.
     stop = interruptions(history_json(cluster, job))[0]
