@@ -118,6 +118,7 @@ def one_stop_then_finished(job: Job, chain: Chain, cause: str, steps: int, redo:
     pairs = trace(job)
     assert max(step for _pid, step in pairs) == steps - 1, pairs[-5:]
     (lost,) = redone(pairs)
+    print(f"{job.folder.name}: {cause}, {lost} step(s) trained again")  # the note's figures
     assert lost <= redo, lost
     return log
 
@@ -143,6 +144,7 @@ def test_lightning_with_trainer_defaults_resumes_after_preemption(
     assert "newest checkpoint: PyTorch Lightning checkpoint" in log, log
     assert "Restoring states from the checkpoint path at" in log, log
     # Running again within seconds of the preemptor's end (the standby, no requeue hold).
+    print(f"{job.folder.name}: running again {starts(chain)[1] - ended:.1f} s after the preemptor")
     assert starts(chain)[1] - ended <= 5, (starts(chain), ended)
     # What history says: the step resumed from is read from Lightning's checkpoint; the step
     # reached is known only where the program reports it (the callback).
