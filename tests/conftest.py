@@ -96,7 +96,9 @@ def shared_tmp(sandbox: object) -> Iterator[Path]:
 #: venvs have none: there they are deselected, loudly; bookworm still runs them.
 TORCH_TESTS = (
     "tests/live/test_torchrun.py",
-    "tests/live/test_frameworks.py",
+    "test_frameworks.py::test_lightning_",
+    "test_frameworks.py::test_hf_trainer_",
+    "test_frameworks.py::test_accelerate_",
     "tests/live/test_elastic_ddp.py",
     "tests/live/test_plan_apply.py",
     "test_ddp_preempted_once",
