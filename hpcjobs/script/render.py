@@ -28,7 +28,7 @@ from hpcjobs.runtime.jobenv import (
     RUN_FILE,
 )
 from hpcjobs.runtime.supervisor.cli import ENV_PYTHON
-from hpcjobs.runtime.supervisor.deliver import ENV_PROGRAM
+from hpcjobs.runtime.supervisor.deliver import ENV_PROGRAM, ENV_TOKEN
 from hpcjobs.runtime.supervisor.names import ENV_OUTPUT_DIR, LEGACY_ENV_OUTPUT_DIR
 from hpcjobs.script.binding import BindingPlan, plan_binding
 from hpcjobs.script.jobspec import JobSpec, Where, resolve_spec
@@ -309,6 +309,7 @@ def _context(
         "torchrun": job.torchrun,
         "master_port_expr": Raw(master_port_expr()),
         "program_env": ENV_PROGRAM,
+        "program_token_env": ENV_TOKEN,
         "has_topology": topology is not None,
     }
 

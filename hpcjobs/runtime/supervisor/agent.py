@@ -184,7 +184,7 @@ class Agent:
         """Deliver the warning to the program's processes on this node (:mod:`.deliver`), and
         say what was done in :func:`warned_file`, replaced atomically."""
         self.warn_due = False
-        done = deliver.deliver(self.job, self.warn_signals)
+        done = deliver.deliver(os.environ.get(deliver.ENV_TOKEN, ""), self.warn_signals)
         path = os.path.join(self.shared, warned_file(self.node))
         tmp = os.path.join(self.shared, f".{warned_file(self.node)}.tmp")
         with contextlib.suppress(OSError):

@@ -5,9 +5,11 @@ The rule, defined here once:
 - The program's processes start with every signal as they inherited it: hpcjobs ignores none.
 - Slurm sends the warning to the batch step only (``--signal=B:``); the supervisor does not pass
   it on to the whole step. Instead each node's agent looks at the processes of the program on
-  its node (those whose environment carries :data:`ENV_PROGRAM` with the job's id, as the batch
-  script's ``hpcjobs_rank`` and ``hpcjobs_start`` export it) and reads which signals each one
-  catches (``SigCgt`` in ``/proc/<pid>/status``).
+  its node (those whose environment carries :data:`ENV_PROGRAM` with this run's token, as the
+  batch script's ``hpcjobs_rank`` and ``hpcjobs_start`` export it from :data:`ENV_TOKEN`, which
+  the supervisor sets for the step and its agents) and reads which signals each one catches
+  (``SigCgt`` in ``/proc/<pid>/status``). The token, not the job id: job ids repeat across the
+  clusters that may share a host (the test suite runs several sandboxes side by side).
 - From each of the program's topmost processes down, a process that catches one of the
   candidates (:func:`candidates`: the job's warning signal, then the frameworks' own, SIGUSR1
   for PyTorch Lightning and SIGUSR2 for submitit) gets the first of them it catches, and its
@@ -29,9 +31,19 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-#: In the environment of the program's processes: the id of the job they belong to (the batch
-#: script's ``hpcjobs_rank`` and ``hpcjobs_start`` export it before they become the program).
+#: In the environment of the program's processes: the token of the run they belong to (the
+#: batch script's ``hpcjobs_rank`` and ``hpcjobs_start`` export it before they become the
+#: program, from :data:`ENV_TOKEN`).
 ENV_PROGRAM = "HPCJOBS_PROGRAM_OF"
+#: In the environment of the step and the agents: a token unique to one run of a job, set by
+#: the supervisor (:func:`new_token`).
+ENV_TOKEN = "HPCJOBS_PROGRAM_TOKEN"
+
+
+def new_token(job: str) -> str:
+    """A token for one run of job ``job``, unique on the host: the job id and 64 random bits."""
+    return f"{job}-{os.urandom(8).hex()}"
+
 
 #: The signals frameworks listen for on Slurm, tried after the job's own warning signal:
 #: PyTorch Lightning's ``SLURMEnvironment`` (SIGUSR1), submitit (SIGUSR2).
@@ -103,9 +115,10 @@ def _read(path: str) -> str:
         return ""
 
 
-def program_processes(job: str, proc: str = "/proc") -> dict[int, Process]:
-    """The processes of job ``job``'s program on this node (readable ones: this user's)."""
-    marker = f"{ENV_PROGRAM}={job}".encode()
+def program_processes(token: str, proc: str = "/proc") -> dict[int, Process]:
+    """The processes of the program of the run with ``token`` on this node (readable ones:
+    this user's)."""
+    marker = f"{ENV_PROGRAM}={token}".encode()
     found: dict[int, Process] = {}
     try:
         names: Iterable[str] = os.listdir(proc)
@@ -149,9 +162,12 @@ class Delivery(NamedTuple):
         return ", ".join(parts) or "no process of the program found"
 
 
-def deliver(job: str, names: Sequence[str], proc: str = "/proc") -> Delivery:
-    """Send the warning to job ``job``'s program on this node (see the module docs)."""
-    sent, deaf = targets(program_processes(job, proc), names)
+def deliver(token: str, names: Sequence[str], proc: str = "/proc") -> Delivery:
+    """Send the warning to the program of the run with ``token`` on this node (see the module
+    docs). Nothing without a token."""
+    if not token:
+        return Delivery([], 0)
+    sent, deaf = targets(program_processes(token, proc), names)
     done: list[tuple[int, str]] = []
     for pid, name in sent:
         with contextlib.suppress(OSError):

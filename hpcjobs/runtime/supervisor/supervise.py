@@ -388,7 +388,7 @@ class Supervisor:
                 f"warning: each node's agent delivers it to the processes that listen ({listed})"
             )
             return
-        done = deliver.deliver(self.job, candidates)
+        done = deliver.deliver(self.env.get(deliver.ENV_TOKEN, ""), candidates)
         with contextlib.suppress(OSError):
             if self.progress_dir:
                 path = os.path.join(self.progress_dir, warned_file(node_name()))
@@ -795,7 +795,10 @@ class Supervisor:
     def start_agents(self) -> None:
         """One node agent per node (:mod:`.agent`): it gathers the node's progress reports and
         samples its GPUs. On more than one node in a job step of its own, one task per node,
-        that overlaps the job's other steps (srun --overlap shares CPUs, memory and GPUs)."""
+        that overlaps the job's other steps (srun --overlap shares CPUs, memory and GPUs). The
+        run's token (:data:`.deliver.ENV_TOKEN`) goes to them and to the step: it marks the
+        program's processes the agents deliver the warning to."""
+        self.env[deliver.ENV_TOKEN] = deliver.new_token(self.job)
         # This node's folder is there before the program starts (a plain command runs here).
         mine = self.env.get("HPCJOBS_PROGRESS_DIR", "")
         with contextlib.suppress(OSError):

@@ -86,7 +86,7 @@ hpcjobs_rank() {
   # Its progress folder and a copy of its output (the launch block's hpcjobs_rank_setup).
   if declare -F hpcjobs_rank_setup >/dev/null; then hpcjobs_rank_setup; fi
   # Marked as this job's program: the warning goes to its processes that listen for it.
-  export HPCJOBS_PROGRAM_OF="${SLURM_JOB_ID:-0}"
+  export HPCJOBS_PROGRAM_OF="${HPCJOBS_PROGRAM_TOKEN:-}"
   local per=1 rank="${LOCAL_RANK:-0}" i idx gpu c m n
   local cpus="" mems="" nics="" visible=""
   local -a alloc vis
@@ -140,7 +140,7 @@ export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 10000 ))
 hpcjobs_start() {
   # Become "$@", marked as this job's program: the warning goes to its processes that listen
   # for it, each on the signal it catches, never to the whole step (docs/requeue.md, "Signals").
-  export HPCJOBS_PROGRAM_OF="${SLURM_JOB_ID:-0}"
+  export HPCJOBS_PROGRAM_OF="${HPCJOBS_PROGRAM_TOKEN:-}"
   exec -- "$@"
 }
 hpcjobs_rank_setup() {

@@ -51,7 +51,7 @@ export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 10000 ))
 hpcjobs_start() {
   # Become "$@", marked as this job's program: the warning goes to its processes that listen
   # for it, each on the signal it catches, never to the whole step (docs/requeue.md, "Signals").
-  export HPCJOBS_PROGRAM_OF="${SLURM_JOB_ID:-0}"
+  export HPCJOBS_PROGRAM_OF="${HPCJOBS_PROGRAM_TOKEN:-}"
   exec -- "$@"
 }
 hpcjobs_rank_setup() {
