@@ -159,15 +159,17 @@ def test_lightning_with_trainer_defaults_resumes_after_preemption(
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_hf_trainer_resumes_from_its_newest_checkpoint(cluster: Cluster) -> None:
+    # It listens for no warning: it trains on until Slurm's SIGTERM, 25 to 37 s after the
+    # preemption on the sandbox (GraceTime 15), and must still be training then: 80 s are left.
     save_steps = 10
-    command = [PYTHON, str(EXAMPLES / "hf_trainer.py"), "--steps", "600"]
-    command += ["--save-steps", str(save_steps), "--step-time", "0.05", "--trace", "trace"]
+    command = [PYTHON, str(EXAMPLES / "hf_trainer.py"), "--steps", "800"]
+    command += ["--save-steps", str(save_steps), "--step-time", "0.1", "--trace", "trace"]
     job = submit_program(cluster, "hf-trainer", command)
     trained(job, 40, timeout=180)
     preempt_and_wait(cluster)
-    chain = job.ended(timeout=240)
+    chain = job.ended(timeout=300)
 
-    log = one_stop_then_finished(job, chain, "preemption", 600, save_steps + 2)
+    log = one_stop_then_finished(job, chain, "preemption", 800, save_steps + 2)
     # It catches no warning signal: it got none, and ran until Slurm's SIGTERM.
     assert "1 process(es) listen for none" in log, log
     assert "newest checkpoint: Hugging Face Trainer checkpoint" in log, log
