@@ -7,9 +7,9 @@ import contextlib
 import os
 import signal
 
-from hpcjobs.runtime.checkpoint import CheckpointDir, report_step
+from hpcjobs.runtime.checkpoint import ENV_DIR, CheckpointDir, report_step
 from hpcjobs.runtime.progress import current_rank
-from hpcjobs.runtime.stopflag import StopFlag, signal_from_env
+from hpcjobs.runtime.stopflag import ENV_SIGNAL, StopFlag, signal_from_env
 from hpcjobs.runtime.supervisor.requeuerequest import request_continuation
 
 __all__ = ["JobLink", "request_continuation"]
@@ -22,10 +22,10 @@ class JobLink:
     def __init__(self) -> None:
         self.rank = current_rank()
         self.stop = StopFlag()
-        if os.environ.get("HPCJOBS_SIGNAL"):
+        if os.environ.get(ENV_SIGNAL):
             with contextlib.suppress(ValueError):  # not the main thread: no warning handler
                 signal.signal(signal_from_env(), self.stop._handle)
-        folder = os.environ.get("HPCJOBS_CHECKPOINT_DIR", "")
+        folder = os.environ.get(ENV_DIR, "")
         self.checkpoints = CheckpointDir(folder) if folder else None
 
     def step(self, step: int) -> None:

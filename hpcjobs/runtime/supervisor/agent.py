@@ -61,6 +61,17 @@ def warned_file(node: str) -> str:
     return f"warned-{node}"
 
 
+def write_warned(shared: str, node: str, done: deliver.Delivery) -> None:
+    """Say what the warning's delivery on ``node`` did, in :func:`warned_file` of the chain's
+    progress folder ``shared``, replaced atomically (a failure to write is ignored)."""
+    path = os.path.join(shared, warned_file(node))
+    tmp = os.path.join(shared, f".{warned_file(node)}.tmp")
+    with contextlib.suppress(OSError):
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(f"{len(done.sent)} {done.summary()}\n")
+        os.replace(tmp, path)
+
+
 def node_name() -> str:
     """The Slurm node this process runs on."""
     name = os.environ.get("SLURMD_NODENAME", "")
@@ -185,12 +196,7 @@ class Agent:
         say what was done in :func:`warned_file`, replaced atomically."""
         self.warn_due = False
         done = deliver.deliver(os.environ.get(deliver.ENV_TOKEN, ""), self.warn_signals)
-        path = os.path.join(self.shared, warned_file(self.node))
-        tmp = os.path.join(self.shared, f".{warned_file(self.node)}.tmp")
-        with contextlib.suppress(OSError):
-            with open(tmp, "w", encoding="utf-8") as handle:
-                handle.write(f"{len(done.sent)} {done.summary()}\n")
-            os.replace(tmp, path)
+        write_warned(self.shared, self.node, done)
 
     def cycle(self) -> None:
         """Read the node's reports once; write the summary and the history."""

@@ -31,7 +31,15 @@ from collections.abc import Callable, Sequence
 from typing import TypedDict
 
 from . import decide, deliver, frameworks, names, requeuerequest
-from .agent import AGENT_STEP, ENV_NODE_TMP, WARN_SIGNAL, local_dir, node_name, warned_file
+from .agent import (
+    AGENT_STEP,
+    ENV_NODE_TMP,
+    WARN_SIGNAL,
+    local_dir,
+    node_name,
+    warned_file,
+    write_warned,
+)
 from .agent import interval as agent_interval
 from .causes import (
     APPLICATION,
@@ -389,11 +397,8 @@ class Supervisor:
             )
             return
         done = deliver.deliver(self.env.get(deliver.ENV_TOKEN, ""), candidates)
-        with contextlib.suppress(OSError):
-            if self.progress_dir:
-                path = os.path.join(self.progress_dir, warned_file(node_name()))
-                with open(path, "w", encoding="utf-8") as handle:
-                    handle.write(f"{len(done.sent)} {done.summary()}\n")
+        if self.progress_dir:
+            write_warned(self.progress_dir, node_name(), done)
         self.log(f"warning: {done.summary()} on this node (no node agents)")
 
     def warned(self) -> tuple[int, list[str]]:
