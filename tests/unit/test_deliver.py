@@ -73,12 +73,22 @@ def test_deliver_signals_only_marked_processes_that_listen(tmp_path: Path) -> No
         subprocess.Popen([sys.executable, "-c", listener], env=env),
         subprocess.Popen(["sleep", "30"], env=env),
         subprocess.Popen(["sleep", "30"]),
+        # Marked, listening, but on another Slurm node of this host (``slurmd -N``).
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                listener.replace("USR1", "USR2").replace(str(ready), str(ready) + "-other"),
+            ],
+            env={**env, deliver.ENV_NODE: "other-node"},
+        ),
     ]
     try:
         deadline = time.monotonic() + 10
-        while not ready.exists() and time.monotonic() < deadline:
+        while not (ready.exists() and Path(f"{ready}-other").exists()):
+            assert time.monotonic() < deadline
             time.sleep(0.02)
-        done = deliver.deliver(job, ["USR2", "USR1"])
+        done = deliver.deliver(job, ["USR2", "USR1"], node="this-node")
         assert done.sent == [(procs[0].pid, "USR1")]
         assert done.deaf == 1
         assert done.summary() == "SIGUSR1 to 1 process(es), 1 process(es) listen for none"

@@ -195,7 +195,9 @@ class Agent:
         """Deliver the warning to the program's processes on this node (:mod:`.deliver`), and
         say what was done in :func:`warned_file`, replaced atomically."""
         self.warn_due = False
-        done = deliver.deliver(os.environ.get(deliver.ENV_TOKEN, ""), self.warn_signals)
+        done = deliver.deliver(
+            os.environ.get(deliver.ENV_TOKEN, ""), self.warn_signals, node=self.node
+        )
         write_warned(self.shared, self.node, done)
 
     def cycle(self) -> None:

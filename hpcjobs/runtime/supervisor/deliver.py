@@ -9,7 +9,9 @@ The rule, defined here once:
   batch script's ``hpcjobs_rank`` and ``hpcjobs_start`` export it from :data:`ENV_TOKEN`, which
   the supervisor sets for the step and its agents) and reads which signals each one catches
   (``SigCgt`` in ``/proc/<pid>/status``). The token, not the job id: job ids repeat across the
-  clusters that may share a host (the test suite runs several sandboxes side by side).
+  clusters that may share a host (the test suite runs several sandboxes side by side). A
+  process whose ``SLURMD_NODENAME`` names another node is another node's: several Slurm nodes
+  may share one host (``slurmd -N``), and each agent signals its own node's processes only.
 - From each of the program's topmost processes down, a process that catches one of the
   candidates (:func:`candidates`: the job's warning signal, then the frameworks' own, SIGUSR1
   for PyTorch Lightning and SIGUSR2 for submitit) gets the first of them it catches, and its
@@ -115,10 +117,16 @@ def _read(path: str) -> str:
         return ""
 
 
-def program_processes(token: str, proc: str = "/proc") -> dict[int, Process]:
+#: Set by slurmd in the environment of every task: the Slurm node it runs on.
+ENV_NODE = "SLURMD_NODENAME"
+
+
+def program_processes(token: str, proc: str = "/proc", node: str = "") -> dict[int, Process]:
     """The processes of the program of the run with ``token`` on this node (readable ones:
-    this user's)."""
+    this user's); with ``node``, not those whose :data:`ENV_NODE` names another node."""
     marker = f"{ENV_PROGRAM}={token}".encode()
+    node_prefix = f"{ENV_NODE}=".encode()
+    own_node = node_prefix + node.encode()
     found: dict[int, Process] = {}
     try:
         names: Iterable[str] = os.listdir(proc)
@@ -132,7 +140,10 @@ def program_processes(token: str, proc: str = "/proc") -> dict[int, Process]:
                 environ = handle.read()
         except OSError:
             continue
-        if marker not in environ.split(b"\0"):
+        entries = environ.split(b"\0")
+        if marker not in entries:
+            continue
+        if node and any(e.startswith(node_prefix) and e != own_node for e in entries):
             continue
         status = _read(os.path.join(proc, name, "status"))
         parent = 0
@@ -162,12 +173,12 @@ class Delivery(NamedTuple):
         return ", ".join(parts) or "no process of the program found"
 
 
-def deliver(token: str, names: Sequence[str], proc: str = "/proc") -> Delivery:
-    """Send the warning to the program of the run with ``token`` on this node (see the module
-    docs). Nothing without a token."""
+def deliver(token: str, names: Sequence[str], proc: str = "/proc", node: str = "") -> Delivery:
+    """Send the warning to the program of the run with ``token`` on this node, ``node`` when
+    given (see the module docs). Nothing without a token."""
     if not token:
         return Delivery([], 0)
-    sent, deaf = targets(program_processes(token, proc), names)
+    sent, deaf = targets(program_processes(token, proc, node), names)
     done: list[tuple[int, str]] = []
     for pid, name in sent:
         with contextlib.suppress(OSError):

@@ -396,7 +396,7 @@ class Supervisor:
                 f"warning: each node's agent delivers it to the processes that listen ({listed})"
             )
             return
-        done = deliver.deliver(self.env.get(deliver.ENV_TOKEN, ""), candidates)
+        done = deliver.deliver(self.env.get(deliver.ENV_TOKEN, ""), candidates, node=node_name())
         if self.progress_dir:
             write_warned(self.progress_dir, node_name(), done)
         self.log(f"warning: {done.summary()} on this node (no node agents)")
