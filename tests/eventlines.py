@@ -29,12 +29,3 @@ def events_in(path: Path) -> list[Event]:
 def kinds(path: Path) -> list[tuple[str, str]]:
     """(event, cause) of each event of a log file."""
     return [(e.event, e.cause) for e in events_in(path)]
-
-
-def from_prose(
-    job: str, kind: str, cause: str = "-", detail: str = "", *, at: float = 1.0, restart: int = 0
-) -> str:
-    """One event written the way this hpcjobs writes the event that an older one logged as
-    ``detail`` (its fields read from that prose, as the parser reads an older log)."""
-    (event,) = parse(f"{at}\t{job}\t{restart}\t{kind}\t{cause}\t{detail}\n")
-    return encode(event)

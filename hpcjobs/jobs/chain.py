@@ -173,17 +173,13 @@ def format_event(event: Event) -> str:
 
 
 def parse_chain(text: str) -> Chain:
-    """Parse a chain log (JSON lines, or an older tab-separated log); malformed lines (e.g. a
-    line cut by a crash) are skipped."""
+    """Parse a chain log; malformed lines (e.g. a line cut by a crash) are skipped."""
     return Chain(parse(text))
 
 
 def chain_file(folder: Path, root: str) -> Path:
-    """The event log of chain ``root`` in the local ``folder``: ``chain-<root>.jsonl``, or the
-    tab-separated log of a chain that an older hpcjobs started, when only that one is there."""
-    path = folder / names.chain_log(root)
-    legacy = folder / names.legacy_chain_log(root)
-    return legacy if not path.exists() and legacy.exists() else path
+    """The event log of chain ``root`` in the local ``folder``."""
+    return folder / names.chain_log(root)
 
 
 def read_chain(path: Path) -> Chain:
@@ -204,7 +200,7 @@ class ChainRef:
     root: str
     output_dir: str
     chain: Chain
-    #: The log it was read from (an older hpcjobs' chain keeps its tab-separated one).
+    #: The log it was read from.
     path: str = ""
 
     @property
@@ -217,11 +213,6 @@ class ChainRef:
 def chain_path(output_dir: str, root: str) -> str:
     """Where chain ``root``'s event log is, in ``output_dir`` (on whichever host)."""
     return f"{output_dir.rstrip('/')}/{names.chain_log(root)}"
-
-
-def legacy_chain_path(output_dir: str, root: str) -> str:
-    """Where an older hpcjobs kept chain ``root``'s event log."""
-    return f"{output_dir.rstrip('/')}/{names.legacy_chain_log(root)}"
 
 
 def chain_output_dir(
@@ -243,8 +234,7 @@ CANCELLED_PENDING = "cancelled while job {job_id} was pending"
 def append_event(runner: Runner, ref: ChainRef, event: Event) -> None:
     """Append ``event`` to the chain's event log, through ``runner`` (so also over SSH).
 
-    ``tee -a`` appends its input in one write, as the supervisor does. A JSON line goes into an
-    older chain's tab-separated log too: the parser reads each line as what it is.
+    ``tee -a`` appends its input in one write, as the supervisor does.
 
     Raises:
         HpcJobsError: the log cannot be written (the error of the runner or of ``tee``).
@@ -290,14 +280,14 @@ def load_chain(
         output_dir = chain_output_dir(job_id, index_dir=index_dir, host=host)
         if not output_dir:
             return None
-    for path in (chain_path(output_dir, job_id), legacy_chain_path(output_dir, job_id)):
-        try:
-            result = runner.run(["cat", path], check=False, timeout=60)
-        except HpcJobsError:
-            return None
-        if result.ok:
-            chain = parse_chain(result.stdout)
-            if not chain.events:
-                return None
-            return ChainRef(root=job_id, output_dir=output_dir, chain=chain, path=path)
-    return None
+    path = chain_path(output_dir, job_id)
+    try:
+        result = runner.run(["cat", path], check=False, timeout=60)
+    except HpcJobsError:
+        return None
+    if not result.ok:
+        return None
+    chain = parse_chain(result.stdout)
+    if not chain.events:
+        return None
+    return ChainRef(root=job_id, output_dir=output_dir, chain=chain, path=path)

@@ -373,9 +373,7 @@ def follow_chain(
     if watch is None:
         folder = output_dir or chain_output_dir(root)
         if folder:
-            # An older hpcjobs' chain keeps its tab-separated log: watch the one it has.
-            known = load_chain(root, runner, output_dir=folder)
-            watch = EventLogWatch(runner, known.path if known else chain_path(folder, root))
+            watch = EventLogWatch(runner, chain_path(folder, root))
     current = root
     followed: set[str] = set()
     while True:

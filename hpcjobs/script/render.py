@@ -29,7 +29,7 @@ from hpcjobs.runtime.jobenv import (
 )
 from hpcjobs.runtime.supervisor.cli import ENV_PYTHON
 from hpcjobs.runtime.supervisor.deliver import ENV_PROGRAM, ENV_TOKEN
-from hpcjobs.runtime.supervisor.names import ENV_OUTPUT_DIR, LEGACY_ENV_OUTPUT_DIR
+from hpcjobs.runtime.supervisor.names import ENV_OUTPUT_DIR
 from hpcjobs.script.binding import BindingPlan, plan_binding
 from hpcjobs.script.jobspec import JobSpec, Where, resolve_spec
 from hpcjobs.script.sbatchopts import check_sbatch_options, is_first_submission_only
@@ -255,7 +255,6 @@ def _context(
     ]
     hpcjobs_env = [
         EnvVar(ENV_OUTPUT_DIR, job.output_dir or "", "hpcjobs"),
-        EnvVar(LEGACY_ENV_OUTPUT_DIR, job.output_dir or "", "hpcjobs"),
         EnvVar("HPCJOBS_CHECKPOINT_DIR", job.checkpoint_dir or "", "hpcjobs"),
         EnvVar("HPCJOBS_SIGNAL", job.requeue.signal or "", "hpcjobs"),
         EnvVar(ENV_GPU_INTERVAL, str(_gpu_interval(job, site)), "hpcjobs"),

@@ -11,7 +11,7 @@ writes its result like submitit does.
 
 **Continuations.** A preempted or timed-out job continues in a new job with a new id. The new
 run links ``<folder>/<new id>_submitted.pkl`` to the previous run's pickle before it loads it, and
-:class:`HpcJob` follows the chain's event log (``<folder>/chain-<first id>.tsv``): ``state``,
+:class:`HpcJob` follows the chain's event log (``<folder>/chain-<first id>.jsonl``): ``state``,
 ``done()``, ``result()``, ``stdout()``, ``stderr()`` and ``cancel()`` of the job object returned
 at submission always speak for the newest run. Array tasks are followed one by one.
 

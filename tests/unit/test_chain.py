@@ -17,18 +17,19 @@ from hpcjobs.jobs.chain import (
 from hpcjobs.runtime.checkpoint import CheckpointDir
 from tests.eventlines import line
 
-LOG = "\n".join(
+LOG = "".join(
     [
-        "100.0\t13\t0\tstart\t-\tcheckpoint=-1",
-        "107.0\t13\t0\trequeue\tpreemption\tcontinued as job 15 checkpoint=10 progress=10",
-        "115.5\t15\t0\tstart\t-\tcheckpoint=10",
-        "130.0\t15\t1\trequeue\tnode_failure\trequeued by Slurm (restart 1) "
-        "checkpoint=20 progress=23",
-        "130.2\t15\t1\tstart\t-\tcheckpoint=20",
-        "garbage line from a crash",
-        "160.0\t15\t1\tend\tfinish\tdone marker present",
+        line("13", "start", "-", "checkpoint=-1", at=100.0, checkpoint=-1),
+        line("13", "requeue", "preemption", "continued as job 15", at=107.0, checkpoint=10,
+             progress=10, how="continued", next="15"),
+        line("15", "start", "-", "checkpoint=10", at=115.5, checkpoint=10),
+        line("15", "requeue", "node_failure", "requeued by Slurm (restart 1)", at=130.0,
+             restart=1, checkpoint=20, progress=23, how="slurm", stopped_run=0),
+        line("15", "start", "-", "checkpoint=20", at=130.2, restart=1, checkpoint=20),
+        "garbage line from a crash\n",
+        line("15", "end", "finish", "done marker present", at=160.0, restart=1),
     ]
-)
+)  # fmt: skip
 
 
 def test_parse_chain() -> None:
@@ -48,16 +49,17 @@ def test_parse_chain() -> None:
 
 def test_pending_continuation_is_listed() -> None:
     chain = parse_chain(
-        "1.0\t5\t0\tstart\t-\tcheckpoint=-1\n"
-        "2.0\t5\t0\trequeue\ttimeout\tcontinued as job 6 checkpoint=3 progress=3\n"
-    )
+        line("5", "start", "-", "checkpoint=-1", at=1.0, checkpoint=-1)
+        + line("5", "requeue", "timeout", "continued as job 6", at=2.0, checkpoint=3,
+               progress=3, how="continued", next="6")
+    )  # fmt: skip
     assert chain.job_ids == ["5", "6"]
     (only,) = chain.interruptions()
     assert only.resume_latency is None
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    assert read_chain(tmp_path / "none.tsv").events == []
+    assert read_chain(tmp_path / "none.jsonl").events == []
 
 
 def test_note_progress(tmp_path: Path) -> None:
@@ -72,12 +74,15 @@ def test_note_progress(tmp_path: Path) -> None:
 def test_stopped_run_of_slurm_requeues() -> None:
     """Logged by the run Slurm restarted, or by the stopping run itself: same stopped run."""
     chain = parse_chain(
-        "1.0\t9\t0\tstart\t-\tcheckpoint=-1\n"
-        "2.0\t9\t0\trequeue\tnode_failure\trequeued by Slurm (restart 1) checkpoint=3\n"
-        "3.0\t9\t1\tstart\t-\tcheckpoint=3\n"
-        "4.0\t9\t2\trequeue\tpreemption\trequeued by Slurm (restart 2) checkpoint=5\n"
-        "5.0\t9\t2\trequeue\ttimeout\tcontinued as job 10 checkpoint=8\n"
-    )
+        line("9", "start", "-", "checkpoint=-1", at=1.0, checkpoint=-1)
+        + line("9", "requeue", "node_failure", "requeued by Slurm (restart 1)", at=2.0,
+               checkpoint=3, how="slurm", stopped_run=0)
+        + line("9", "start", "-", "checkpoint=3", at=3.0, restart=1, checkpoint=3)
+        + line("9", "requeue", "preemption", "requeued by Slurm (restart 2)", at=4.0,
+               restart=2, checkpoint=5, how="slurm", stopped_run=1)
+        + line("9", "requeue", "timeout", "continued as job 10", at=5.0, restart=2,
+               checkpoint=8, how="continued", next="10")
+    )  # fmt: skip
     assert [e.stopped_run for e in chain.events if e.event == "requeue"] == [0, 1, 2]
 
 
@@ -202,7 +207,7 @@ def test_how_code_is_the_requeue_events_how(requeue: dict[str, object], code: st
     assert (data["how_code"], data["how"]) == (code, "continued as job 6")
 
 
-def test_how_code_of_a_growth_and_of_an_older_log() -> None:
+def test_how_code_of_a_growth_and_of_a_requeue() -> None:
     text = (
         line("300", "start", at=1.0, checkpoint=-1, nodelist="n1", batch="n1")
         + line("300", "handoff", "grow", "continued as job 310", at=10.0, next="310",
@@ -211,5 +216,5 @@ def test_how_code_of_a_growth_and_of_an_older_log() -> None:
     )  # fmt: skip
     (growth,) = parse_chain(text).interruptions()
     assert (growth.how_code, growth.to_dict()["how_code"], growth.steps_lost) == ("grow", "grow", 1)
-    first, second = parse_chain(LOG).interruptions()  # hpcjobs 0.1's tab-separated log
+    first, second = parse_chain(LOG).interruptions()
     assert (first.how_code, second.how_code) == ("continued", "slurm")

@@ -1,5 +1,4 @@
-"""The event log's format and its one parser: JSON lines with a version, fields per event, and
-the tab-separated logs of chains that an older hpcjobs started."""
+"""The event log's format and its one parser: JSON lines with a version, fields per event."""
 
 from __future__ import annotations
 
@@ -8,102 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcjobs.jobs.chain import chain_file, parse_chain, read_chain
+from hpcjobs.jobs.chain import parse_chain
 from hpcjobs.runtime.supervisor.eventlog import FIELDS, FORMAT, HOWS, Event, EventLog, encode, parse
 from tests.eventlines import line
 
 DOCS = Path(__file__).parents[2] / "docs" / "requeue.md"
-
-#: (a line as hpcjobs 0.1 wrote it, the detail and fields this hpcjobs reads from it): the same
-#: facts the supervisor now writes as fields.
-LEGACY = [
-    (
-        "1.5\t7\t0\tstart\t-\tcheckpoint=-1 nodes=n[1-2] batch=n1",
-        "checkpoint=-1 nodes=n[1-2] batch=n1",
-        {"checkpoint": -1, "nodelist": "n[1-2]", "batch": "n1"},
-    ),
-    (
-        "2\t7\t0\trequeue\tpreemption\tcontinued as job 9 checkpoint=4 progress=6",
-        "continued as job 9",
-        {"how": "continued", "next": "9", "checkpoint": 4, "progress": 6},
-    ),
-    (
-        "2\t7\t0\trequeue\ttimeout\tcontinued as job 9 (the standby) checkpoint=4 progress=6",
-        "continued as job 9 (the standby)",
-        {"how": "continued", "next": "9", "checkpoint": 4, "progress": 6},
-    ),
-    (
-        "2\t9\t0\trequeue\tnode_failure\tstandby job 9 took over from job 7 (NODE_FAIL) "
-        "checkpoint=4 progress=5",
-        "standby job 9 took over from job 7 (NODE_FAIL)",
-        {
-            "how": "took_over",
-            "next": "9",
-            "stopped_job": "7",
-            "slurm_state": "NODE_FAIL",
-            "checkpoint": 4,
-            "progress": 5,
-        },
-    ),
-    (
-        "2\t7\t2\trequeue\tnode_failure\trequeued by Slurm (restart 2) checkpoint=-1 progress=-1",
-        "requeued by Slurm (restart 2)",
-        {"how": "slurm", "stopped_run": 1, "checkpoint": -1, "progress": -1},
-    ),
-    (
-        "2\t7\t0\trequeue\tstall\trequeued by Slurm (fallback) checkpoint=3 progress=3",
-        "requeued by Slurm (fallback)",
-        {"how": "slurm_fallback", "checkpoint": 3, "progress": 3},
-    ),
-    (
-        "2\t7\t0\tstandby\t-\tstandby job 8 for job 7",
-        "standby job 8 for job 7",
-        {"standby": "8", "standby_for": "7"},
-    ),
-    (
-        "2\t7\t0\tfault\tstall\tnode=n2 evidence=rank 1 at step 20 for 9 s",
-        "node=n2 evidence=rank 1 at step 20 for 9 s",
-        {"node": "n2", "evidence": "rank 1 at step 20 for 9 s"},
-    ),
-    (
-        "2\t9\t0\tfault\tnode_failure\tnode=n1 job=7 evidence=job 7 ended NODE_FAIL without a word",
-        "node=n1 job=7 evidence=job 7 ended NODE_FAIL without a word",
-        {"node": "n1", "stopped_job": "7", "evidence": "job 7 ended NODE_FAIL without a word"},
-    ),
-    (
-        "2\t7\t0\tfault\tapplication\tnode=- evidence=Traceback",
-        "node=- evidence=Traceback",
-        {"node": None, "evidence": "Traceback"},
-    ),
-    (
-        "2\t7\t0\texclude\tstall\tnodes=n1,n3 released=n2 (at most 2 excluded)",
-        "nodes=n1,n3 released=n2 (at most 2 excluded)",
-        {"nodes": ["n1", "n3"], "released": ["n2"]},
-    ),
-    (
-        "2\t7\t0\thealth\tfail\tnode=n2 exit=3 checking gpus",
-        "node=n2 exit=3 checking gpus",
-        {"node": "n2", "exit": 3, "output": "checking gpus"},
-    ),
-    (
-        "2\t9\t0\thandoff\t-\tcontinued as job 10: this job's nodes include excluded n2,n3",
-        "continued as job 10: this job's nodes include excluded n2,n3",
-        {"next": "10", "nodes": ["n2", "n3"]},
-    ),
-    ("2\t7\t0\tsignal\twarning\tSIGUSR1", "SIGUSR1", {"signal": "SIGUSR1"}),
-    ("2\t7\t0\tend\tfinish\tcompleted", "completed", {}),
-]
-
-
-@pytest.mark.parametrize(("text", "detail", "fields"), LEGACY, ids=[x[0][:40] for x in LEGACY])
-def test_an_older_log_reads_as_fields(text: str, detail: str, fields: dict[str, object]) -> None:
-    (event,) = parse(text + "\n")
-    assert (event.detail, dict(event.data)) == (detail, fields)
-    assert set(event.data) <= set(FIELDS[event.event])
-    # Written again, it is the line this hpcjobs writes for that event.
-    (back,) = parse(encode(event))
-    assert back == event
-
 
 def test_a_line_is_one_json_object_with_a_version() -> None:
     text = line("7", "requeue", "timeout", "continued as job 9", at=2.5, how="continued", next="9")
@@ -165,22 +73,6 @@ def test_wrong_types_read_as_missing() -> None:
     (event,) = parse(line("7", "start", checkpoint="5", nodes="n1"))
     assert event.number("checkpoint") is None and event.names("nodes") == []
     assert parse(line("7", "start", checkpoint=True))[0].number("checkpoint") is None
-
-
-def test_a_cancel_appended_to_an_older_log_is_read_with_it(tmp_path: Path) -> None:
-    """``hpcjobs cancel`` appends a JSON line to a chain's tab-separated log."""
-    (tmp_path / "chain-7.tsv").write_text(
-        "1\t7\t0\tstart\t-\tcheckpoint=-1\n2\t7\t0\trequeue\ttimeout\tcontinued as job 9\n"
-    )
-    with (tmp_path / "chain-7.tsv").open("a") as handle:
-        handle.write(line("9", "end", "fail", "cancelled while job 9 was pending"))
-    path = chain_file(tmp_path, "7")
-    assert path.name == "chain-7.tsv"
-    chain = read_chain(path)
-    assert chain.job_ids == ["7", "9"] and chain.final is not None
-    # Once a log of this format exists, it is the one.
-    (tmp_path / "chain-7.jsonl").write_text("")
-    assert chain_file(tmp_path, "7").name == "chain-7.jsonl"
 
 
 def test_what_a_chain_says() -> None:

@@ -24,6 +24,7 @@ from hpcjobs.submitit.executor import HpcExecutor, make_executor
 from hpcjobs.submitit.hpcjob import HpcJob, newest_result
 from hpcjobs.submitit.params import PARAMETERS, UnknownParameterError
 from hpcjobs.submitit.pickles import write_pickle
+from tests.eventlines import line
 from tests.fakes import FakeRunner, client_for, ok
 from tests.unit.test_requeue import script_policy
 
@@ -350,12 +351,19 @@ def watcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeWatcher]:
     yield fake
 
 
-def _event(job: str, event: str, cause: str = "-", detail: str = "", restart: int = 0) -> str:
-    return f"1700000000.0\t{job}\t{restart}\t{event}\t{cause}\t{detail}\n"
+def _event(job: str, event: str, cause: str = "-", detail: str = "", **data: object) -> str:
+    return line(job, event, cause, detail, at=1700000000.0, **data)
 
 
-PREEMPTED = _event("5", "start", detail="checkpoint=-1") + _event(
-    "5", "requeue", "preemption", "continued as job 7 checkpoint=3 progress=4"
+PREEMPTED = _event("5", "start", "-", "checkpoint=-1", checkpoint=-1) + _event(
+    "5",
+    "requeue",
+    "preemption",
+    "continued as job 7",
+    checkpoint=3,
+    progress=4,
+    how="continued",
+    next="7",
 )
 
 
@@ -370,7 +378,7 @@ def test_job_follows_its_continuation(tmp_path: Path, watcher: FakeWatcher) -> N
     watcher.states["5"] = "RUNNING"
     assert job.job_ids == ["5"] and job.state == "RUNNING" and not job.done()
 
-    (tmp_path / "chain-5.tsv").write_text(PREEMPTED)
+    (tmp_path / "chain-5.jsonl").write_text(PREEMPTED)
     watcher.states["5"] = "PREEMPTED"
     assert job.job_ids == ["5", "7"] and job.current_job_id == "7"
     assert job.state == "PENDING"  # not in accounting yet
@@ -378,7 +386,9 @@ def test_job_follows_its_continuation(tmp_path: Path, watcher: FakeWatcher) -> N
     assert "5" in watcher.retired
 
     watcher.states["7"] = "RUNNING"
-    (tmp_path / "chain-5.tsv").write_text(PREEMPTED + _event("7", "start", detail="checkpoint=3"))
+    (tmp_path / "chain-5.jsonl").write_text(
+        PREEMPTED + _event("7", "start", "-", "checkpoint=3", checkpoint=3)
+    )
     _result(tmp_path, "5", 0, "error", "killed by the preemption")  # superseded by run 7
     (tmp_path / "5_0_log.out").write_text("first run\n")
     (tmp_path / "7_0_log.out").write_text("second run\n")
@@ -386,7 +396,7 @@ def test_job_follows_its_continuation(tmp_path: Path, watcher: FakeWatcher) -> N
     assert job.stdout() == "first run\nsecond run\n"
 
     _result(tmp_path, "7", 0, "success", 42)
-    with (tmp_path / "chain-5.tsv").open("a") as handle:
+    with (tmp_path / "chain-5.jsonl").open("a") as handle:
         handle.write(_event("7", "end", "finish", "completed"))
     watcher.states["7"] = "COMPLETED"
     assert job.done() and job.result() == 42 and job.state == "COMPLETED"
@@ -394,7 +404,7 @@ def test_job_follows_its_continuation(tmp_path: Path, watcher: FakeWatcher) -> N
 
 
 def test_run_that_left_slurm_without_an_end_is_done(tmp_path: Path, watcher: FakeWatcher) -> None:
-    (tmp_path / "chain-5.tsv").write_text(PREEMPTED)
+    (tmp_path / "chain-5.jsonl").write_text(PREEMPTED)
     job: HpcJob[int] = HpcJob(tmp_path, "5")
     watcher.states["7"] = "CANCELLED by 0"
     assert job.done()
@@ -403,9 +413,9 @@ def test_run_that_left_slurm_without_an_end_is_done(tmp_path: Path, watcher: Fak
 
 
 def test_failed_chain_reports_why(tmp_path: Path, watcher: FakeWatcher) -> None:
-    text = PREEMPTED + _event("7", "start", detail="checkpoint=3")
+    text = PREEMPTED + _event("7", "start", "-", "checkpoint=3", checkpoint=3)
     text += _event("7", "end", "fail", "requeue budget for preemption exhausted: 1/1")
-    (tmp_path / "chain-5.tsv").write_text(text)
+    (tmp_path / "chain-5.jsonl").write_text(text)
     (tmp_path / "7_0_log.err").write_text("Traceback: boom\n")
     job: HpcJob[int] = HpcJob(tmp_path, "5")
     assert job.done()
@@ -418,7 +428,7 @@ def test_failed_chain_reports_why(tmp_path: Path, watcher: FakeWatcher) -> None:
 
 def test_error_of_the_last_run_is_raised(tmp_path: Path, watcher: FakeWatcher) -> None:
     text = _event("5", "start") + _event("5", "end", "fail", "application failed")
-    (tmp_path / "chain-5.tsv").write_text(text)
+    (tmp_path / "chain-5.jsonl").write_text(text)
     _result(tmp_path, "5", 0, "error", "Traceback (most recent call last):\nValueError: bad")
     job: HpcJob[int] = HpcJob(tmp_path, "5")
     with pytest.raises(utils.FailedJobError, match="ValueError: bad"):
@@ -426,7 +436,7 @@ def test_error_of_the_last_run_is_raised(tmp_path: Path, watcher: FakeWatcher) -
 
 
 def test_multi_task_result_is_rank_zeros(tmp_path: Path, watcher: FakeWatcher) -> None:
-    (tmp_path / "chain-5.tsv").write_text(_event("5", "start") + _event("5", "end", "finish"))
+    (tmp_path / "chain-5.jsonl").write_text(_event("5", "start") + _event("5", "end", "finish"))
     for task in range(3):
         _result(tmp_path, "5", task, "success", f"rank {task}")
     job: HpcJob[str] = HpcJob(tmp_path, "5", tasks=[0, 1, 2])

@@ -21,6 +21,7 @@ from submitit.helpers import Checkpointable
 from hpcjobs.runtime.resumable import EXIT_INTERRUPTED, Resumable
 from hpcjobs.submitit.pickles import write_pickle
 from hpcjobs.submitit.task import previous_run
+from tests.eventlines import line
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,8 +68,8 @@ class Counter(Checkpointable):
             time.sleep(0.01)
 
 
-def _event(job: str, event: str, cause: str = "-", detail: str = "") -> str:
-    return f"1700000000.0\t{job}\t0\t{event}\t{cause}\t{detail}\n"
+def _event(job: str, event: str, cause: str = "-", detail: str = "", **data: object) -> str:
+    return line(job, event, cause, detail, at=1700000000.0, **data)
 
 
 def _start(folder: Path, job_id: str, root: str | None = None) -> subprocess.Popen[str]:
@@ -142,8 +143,10 @@ def test_resumable_stops_without_result_and_continuation_resumes(tmp_path: Path)
     assert "stopped at step" in (tmp_path / "5_0_log.err").read_text()
 
     # The batch script continued the job as job 7: it finds the pickle through a link.
-    chain = _event("5", "start") + _event("5", "requeue", "preemption", "continued as job 7")
-    (tmp_path / "chain-5.tsv").write_text(chain)
+    chain = _event("5", "start") + _event(
+        "5", "requeue", "preemption", "continued as job 7", how="continued", next="7"
+    )
+    (tmp_path / "chain-5.jsonl").write_text(chain)
     assert _run(tmp_path, "7", root="5") == 0
     link = tmp_path / "7_submitted.pkl"
     assert link.is_symlink() and os.readlink(link) == "5_submitted.pkl"
@@ -157,8 +160,10 @@ def test_resumable_stops_without_result_and_continuation_resumes(tmp_path: Path)
 def test_checkpointable_pickles_its_state_for_the_next_run_only(tmp_path: Path) -> None:
     marker = tmp_path / "started"
     _submit(tmp_path, "5", Counter(str(marker)))
-    chain = _event("5", "start") + _event("5", "requeue", "preemption", "continued as job 7")
-    (tmp_path / "chain-5.tsv").write_text(chain)
+    chain = _event("5", "start") + _event(
+        "5", "requeue", "preemption", "continued as job 7", how="continued", next="7"
+    )
+    (tmp_path / "chain-5.jsonl").write_text(chain)
     assert _interrupt(_start(tmp_path, "7", root="5"), marker) == EXIT_INTERRUPTED
     mine = tmp_path / "7_submitted.pkl"
     assert not mine.is_symlink()
@@ -177,11 +182,11 @@ def test_missing_pickle_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_previous_run_follows_the_log(tmp_path: Path) -> None:
     text = (
-        _event("5", "requeue", "preemption", "continued as job 7 checkpoint=1 progress=2")
-        + _event("7", "requeue", "timeout", "continued as job 70 checkpoint=3 progress=3")
-        + _event("70", "requeue", "preemption", "continued as job 9")
+        _event("5", "requeue", "preemption", "continued as job 7", checkpoint=1, next="7")
+        + _event("7", "requeue", "timeout", "continued as job 70", checkpoint=3, next="70")
+        + _event("70", "requeue", "preemption", "continued as job 9", next="9")
     )
-    (tmp_path / "chain-5.tsv").write_text(text)
+    (tmp_path / "chain-5.jsonl").write_text(text)
     assert previous_run(tmp_path, "5", "7") == "5"
     assert previous_run(tmp_path, "5", "70") == "7"
     assert previous_run(tmp_path, "5", "9") == "70"

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from hpcjobs.jobs.follow import EventLogWatch, PollSchedule, follow_chain, follow_jobs
 from hpcjobs.runner import LocalRunner, Result
-from tests.eventlines import from_prose
+from tests.eventlines import line
 from tests.fakes import FakeRunner, Sleeps, client_for, ok
 from tests.unit.test_follow import _line
 
 
-def _event(kind: str, cause: str = "-", detail: str = "", job_id: str = "7") -> str:
-    return from_prose(job_id, kind, cause, detail, at=100.0)
+def _event(kind: str, cause: str = "-", detail: str = "", **data: object) -> str:
+    return line("7", kind, cause, detail, at=100.0, **data)
 
 
 @dataclass
@@ -95,18 +95,18 @@ def test_without_wake_the_schedule_is_unchanged() -> None:
 
 def test_local_watch_wakes_on_requeue_and_end_only(tmp_path: Path) -> None:
     path = tmp_path / "chain-7.jsonl"
-    path.write_text(_event("start", detail="checkpoint=-1"))
+    path.write_text(_event("start", detail="checkpoint=-1", checkpoint=-1))
     watch = EventLogWatch(LocalRunner(), str(path))
     assert watch.local and watch.every == 1.0
     assert not watch.check()  # what was there at the start is old news
     with path.open("a") as handle:
-        handle.write(_event("start", detail="checkpoint=3"))
+        handle.write(_event("start", detail="checkpoint=3", checkpoint=3))
     assert not watch.check()
     with path.open("a") as handle:
-        handle.write(_event("requeue", "preemption", "continued as job 9")[:20])
+        handle.write(_event("requeue", "preemption", "continued as job 9", next="9")[:20])
     assert not watch.check()  # half a line: wait for the rest
     with path.open("a") as handle:
-        handle.write(_event("requeue", "preemption", "continued as job 9")[20:])
+        handle.write(_event("requeue", "preemption", "continued as job 9", next="9")[20:])
     assert watch.check()
     assert not watch.check()
     with path.open("a") as handle:
@@ -185,7 +185,7 @@ def test_follow_chain_without_watch_keeps_the_backoff(tmp_path: Path) -> None:
 
 def test_follow_chain_says_when_its_pending_continuation_was_cancelled(tmp_path: Path) -> None:
     log = tmp_path / "chain-7.jsonl"
-    log.write_text(_event("start") + _event("requeue", "timeout", "continued as job 9"))
+    log.write_text(_event("start") + _event("requeue", "timeout", "continued as job 9", next="9"))
     runner = FakeRunner().add(
         "squeue",
         ok(_line("7", "COMPLETED")),

@@ -160,13 +160,13 @@ def test_scancel_and_error_messages_split_at_newlines_only() -> None:
 def test_chain_detail_cannot_forge_an_event(brk: str) -> None:
     """A detail holding another line break stays in its event; a forged event is no event.
 
-    The writers drop tabs and newlines from a detail, so an event is one "\\n"-ended line of
-    six tab-separated fields. A line with a forged event after an odd break has too many fields.
+    An event is one "\\n"-ended JSON line. The writer escapes every break; a line cut short
+    by hand with a raw break and a whole forged event after it is one bad line, no event.
     """
-    requeue = "\t".join(["1718000000.0", "12", "0", "requeue", "preemption", f"a{brk}b"])
-    forged = "\t".join(["1718000001.0", "99", "0", "end", "finish", "done"])
-    start = "\t".join(["1718000002.0", "12", "1", "start", "", f"checkpoint=3{brk}{forged}"])
-    chain = parse_chain(f"{requeue}\n{start}\n")
+    requeue = format_event(Event(1718000000.0, "12", 0, "requeue", "preemption", f"a{brk}b"))
+    forged = format_event(Event(1718000001.0, "99", 0, "end", "finish", "done"))
+    cut = '{"v": 1, "time": 1718000002.0, "job": "12", "restart": 1, "detail": "checkpoint=3'
+    chain = parse_chain(requeue + cut + brk + forged)
     assert [(e.event, e.detail) for e in chain.events] == [("requeue", f"a{brk}b")]
     assert chain.final is None
     assert chain.job_ids == ["12"]
@@ -174,11 +174,14 @@ def test_chain_detail_cannot_forge_an_event(brk: str) -> None:
 
 def test_read_chain_keeps_carriage_returns(tmp_path: Path) -> None:
     """A local log is read as bytes: ``\\r`` in a detail does not end the line."""
-    path = tmp_path / "chain-12.tsv"
+    path = tmp_path / "chain-12.jsonl"
     start = format_event(Event(1.0, "12", 0, "start", "", "checkpoint=-1"))
-    forged = "2.0\t12\t0\tend\tfinish\tforged"
-    requeue = "3.0\t12\t0\trequeue\tpreemption\tx\ry\n"
-    path.write_bytes((start + f"3.0\t12\t0\tstart\t\tx\r{forged}\n" + requeue).encode())
+    forged = format_event(Event(2.0, "12", 0, "end", "finish", "forged"))
+    cut = (
+        '{"v": 1, "time": 3.0, "job": "12", "restart": 0, "event": "start", "detail": "x\r' + forged
+    )
+    requeue = format_event(Event(3.0, "12", 0, "requeue", "preemption", "x\ry"))
+    path.write_bytes((start + cut + requeue).encode())
     chain = read_chain(path)
     assert [(e.event, e.detail) for e in chain.events] == [
         ("start", "checkpoint=-1"),

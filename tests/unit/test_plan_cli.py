@@ -256,7 +256,7 @@ def test_a_size_beyond_the_partition_is_planned_and_said() -> None:
 def test_plan_variables_are_the_only_hpcjobs_names_a_job_may_set() -> None:
     parse_spec({"env": {"HPCJOBS_PLAN_TP": "8"}})
     with pytest.raises(Exception, match="reserved"):
-        parse_spec({"env": {"HPCJOBS_RUN_DIR": "/tmp"}})
+        parse_spec({"env": {"HPCJOBS_JOB_OUTPUT_DIR": "/tmp"}})
     with pytest.raises(Exception, match="reserved"):
         parse_spec({"env": {"HPCJOBS_PLAN_OTHER": "1"}})
 

@@ -1,19 +1,16 @@
 """The public Python API: the names a training script imports from ``hpcjobs``, pinned here;
-the old paths of the modules that moved still work, with a warning, and so does the old name of
-the output folder's variable."""
+the paths of 0.1.0's modules before they moved are gone (0.1.0 was never published)."""
 
 from __future__ import annotations
 
 import importlib
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 
 import hpcjobs
-from hpcjobs._moved import MOVED
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "python-api.md"
 
@@ -69,15 +66,21 @@ def test_a_training_script_imports_no_third_party_library() -> None:
     assert out.strip() == ""
 
 
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_an_old_import_path_warns_and_is_the_moved_module(old: str) -> None:
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=f"'{old}' moved to '{MOVED[old]}'"):
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(MOVED[old])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert importlib.import_module(old) is module  # once per process
+@pytest.mark.parametrize(
+    "old",
+    [
+        "hpcjobs.checkpoint",
+        "hpcjobs.config.slurmtime",
+        "hpcjobs.distributed",
+        "hpcjobs.resumable",
+        "hpcjobs.stopflag",
+        "hpcjobs.submitit.jobs",
+        "hpcjobs._moved",
+    ],
+)
+def test_no_pre_release_import_path_is_left(old: str) -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
@@ -85,11 +88,9 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         hpcjobs.nope  # noqa: B018
 
 
-def test_the_output_folder_is_still_found_under_its_old_variable() -> None:
-    """Jobs export ``HPCJOBS_JOB_OUTPUT_DIR`` and, for one release, ``HPCJOBS_RUN_DIR``; a job
-    submitted by an older hpcjobs has only the old name."""
+def test_the_output_folder_has_one_variable() -> None:
     from hpcjobs.runtime.supervisor import names
 
-    assert names.output_dir({"HPCJOBS_RUN_DIR": "/old"}) == "/old"
-    assert names.output_dir({"HPCJOBS_RUN_DIR": "/old", "HPCJOBS_JOB_OUTPUT_DIR": "/new"}) == "/new"
+    assert names.output_dir({"HPCJOBS_RUN_DIR": "/old"}) == ""
+    assert names.output_dir({"HPCJOBS_JOB_OUTPUT_DIR": "/new"}) == "/new"
     assert names.output_dir({}) == ""

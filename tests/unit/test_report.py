@@ -43,7 +43,7 @@ def _utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def recorded() -> tuple[list[RunUsage], Chain, dict[int, list[Report]]]:
     usage = parse_usage((DATA / "sacct-preempted.txt").read_text())
-    chain = parse_chain((DATA / "chain-10.tsv").read_text())
+    chain = parse_chain((DATA / "chain-10.jsonl").read_text())
     progress = {rank: parse_log((DATA / f"rank-{rank}.log").read_text()) for rank in (0, 1)}
     return usage, chain, progress
 
@@ -357,7 +357,7 @@ def test_compare_side_by_side() -> None:
 def test_collect_makes_one_sacct_for_every_chain(tmp_path: Path) -> None:
     text = (DATA / "sacct-preempted.txt").read_text()
     runner = FakeRunner().add("sacct", ok(text)).add("find", Result(("find",), 0, "", ""))
-    chain = parse_chain((DATA / "chain-10.tsv").read_text())
+    chain = parse_chain((DATA / "chain-10.jsonl").read_text())
     refs = {"10": ChainRef("10", str(tmp_path), chain), "99": None}
     reports = collect(SlurmClient(runner), runner, refs)
     assert runner.count("sacct") == 1
@@ -386,7 +386,7 @@ def test_report_command_on_a_fake_cluster(tmp_path: Path, monkeypatch: pytest.Mo
     from hpcjobs.cli import report as report_cli
     from hpcjobs.jobs.records import remember, write_record
 
-    (tmp_path / "chain-10.tsv").write_text((DATA / "chain-10.tsv").read_text())
+    (tmp_path / "chain-10.jsonl").write_text((DATA / "chain-10.jsonl").read_text())
     progress = tmp_path / "progress-10"
     progress.mkdir()
     for rank in (0, 1):
@@ -486,7 +486,7 @@ def test_slurm_24_11_counts_a_release_from_the_jobs_start() -> None:
 def _chain_without_progress_at_the_stop(*, known_stop: bool = False) -> Chain:
     """The recorded chain, its preemption logged with ``progress: -1`` (the supervisor saw no
     progress); ``known_stop``: and a restart inside job 12 whose loss is known (85 - 80)."""
-    text = (DATA / "chain-10.tsv").read_text().replace("progress=76", "progress=-1")
+    text = (DATA / "chain-10.jsonl").read_text().replace("\"progress\": 76", "\"progress\": -1")
     head, end = text.rsplit("1796131161.126388215", 1)
     if known_stop:
         head += line(

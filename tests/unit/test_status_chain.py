@@ -20,7 +20,7 @@ from hpcjobs.jobs.chain import Chain, Event, ended_by_accounting, format_event, 
 from hpcjobs.jobs.records import remember
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.slurm import backend
-from tests.eventlines import from_prose, line
+from tests.eventlines import line
 from tests.fakes import FakeRunner, client_for, ok
 from tests.unit.test_follow import _line
 
@@ -59,8 +59,8 @@ def slurm(monkeypatch: pytest.MonkeyPatch) -> SlurmAndFiles:
     return runner
 
 
-def _ev(job_id: str, kind: str, cause: str = "-", detail: str = "", restart: int = 0) -> str:
-    return from_prose(job_id, kind, cause, detail, at=1000.0, restart=restart)
+def _ev(job_id: str, kind: str, cause: str = "-", detail: str = "", **data: object) -> str:
+    return line(job_id, kind, cause, detail, at=1000.0, **data)
 
 
 def _chain(tmp_path: Path, root: str, *lines: str) -> Path:
@@ -78,8 +78,17 @@ def _continued(tmp_path: Path) -> Path:
     return _chain(
         tmp_path,
         "40",
-        _ev("40", "start", detail="checkpoint=-1"),
-        _ev("40", "requeue", "preemption", "continued as job 42 checkpoint=47 progress=47"),
+        _ev("40", "start", detail="checkpoint=-1", checkpoint=-1),
+        _ev(
+            "40",
+            "requeue",
+            "preemption",
+            "continued as job 42",
+            checkpoint=47,
+            progress=47,
+            how="continued",
+            next="42",
+        ),  # fmt: skip
     )
 
 
@@ -125,7 +134,7 @@ def test_status_runs_counts_the_chain_and_slurm_restarts(
         tmp_path,
         "40",
         _ev("40", "start"),
-        _ev("40", "requeue", "preemption", "continued as job 42"),
+        _ev("40", "requeue", "preemption", "continued as job 42", how="continued", next="42"),
         _ev("42", "start"),
     )
     # Job 42 was requeued by Slurm once and runs again; its second run has not logged yet.
@@ -274,7 +283,9 @@ def test_cancel_warns_when_the_log_cannot_be_written(slurm: SlurmAndFiles, tmp_p
 
 
 def test_ended_by_accounting_only_for_cancelled() -> None:
-    chain = parse_chain(_ev("40", "start") + _ev("40", "requeue", "timeout", "continued as job 42"))
+    chain = parse_chain(
+        _ev("40", "start") + _ev("40", "requeue", "timeout", "continued as job 42", next="42")
+    )
     end = ended_by_accounting(chain, "42", "CANCELLED")
     assert end is not None and (end.event, end.cause, end.job_id) == ("end", "fail", "42")
     for state in ("PENDING", "RUNNING", "FAILED", "PREEMPTED", "NODE_FAIL", "COMPLETED"):

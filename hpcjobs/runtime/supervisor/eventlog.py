@@ -11,19 +11,14 @@ is one line, one JSON object, appended with a single ``write(2)``::
 :data:`FIELDS` lists for each event (docs/requeue.md, "The event log"). The supervisor writes
 it (:class:`EventLog`); ``history``, ``report``, ``status``, ``--wait`` and the executor read it
 through :func:`parse` (by way of :mod:`hpcjobs.jobs.chain`), and so does the supervisor.
-
-hpcjobs 0.1 wrote ``chain-<root>.tsv``, tab-separated, with the facts in the prose of its
-detail; a job still running such a script keeps writing it. :func:`parse` reads those lines
-too, and gives them the same fields (:func:`_legacy`): the only place that reads prose.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .causes import GROW
@@ -160,12 +155,12 @@ def encode(event: Event) -> str:
 
 
 def parse(text: str) -> list[Event]:
-    """Every event in a log's text, oldest first: JSON lines, and the tab-separated lines of
-    hpcjobs 0.1. A malformed line (one cut short by a crash) is skipped."""
+    """Every event in a log's text, oldest first. A malformed line (one cut short by a crash)
+    is skipped."""
     events = []
     for line in text.split("\n"):
         line = line.rstrip("\r")
-        event = _from_json(line) if line.startswith("{") else _from_tsv(line)
+        event = _from_json(line)
         if event is not None:
             events.append(event)
     return events
@@ -188,140 +183,6 @@ def _from_json(line: str) -> Event | None:
         return None
     data = {k: v for k, v in record.items() if k not in _COMMON}
     return Event(float(stamp), job, restart, kind, cause, detail, data)
-
-
-def _from_tsv(line: str) -> Event | None:
-    parts = line.split("\t")
-    if len(parts) != 6:
-        return None
-    try:
-        stamp, restart = float(parts[0]), int(parts[2])
-    except ValueError:
-        return None
-    detail, data = _legacy(parts[3], parts[5])
-    return Event(stamp, parts[1], restart, parts[3], parts[4], detail, data)
-
-
-_ID = r"(\d+(?:_\d+)?)"
-_NUMBER = re.compile(r"(\w+)=(-?\d+)")
-_LEGACY_REQUEUE = (
-    (re.compile(rf"^continued as job {_ID}"), CONTINUED),
-    (re.compile(rf"^standby job {_ID} took over from job {_ID} \(([^)]*)\)"), TOOK_OVER),
-    (re.compile(r"^requeued by Slurm \(restart (\d+)\)"), SLURM),
-    (re.compile(r"^requeued by Slurm \(fallback\)"), SLURM_FALLBACK),
-)
-_LEGACY_STANDBY = re.compile(rf"^standby job {_ID} for job {_ID}$")
-_LEGACY_FAULT = re.compile(r"^node=(\S*)(?: job=(\S+))?(?: (?!evidence=)\S+)*(?: evidence=(.*))?$")
-_LEGACY_HANDOFF = re.compile(rf"^continued as job {_ID}: .* excluded (\S+)")
-_LEGACY_HEALTH = re.compile(r"^node=(\S+)(?: exit=(-?\d+))?(?: (.*))?$")
-
-
-def _legacy(kind: str, detail: str) -> tuple[str, dict[str, object]]:
-    """The fields of a hpcjobs 0.1 event, read from its prose ``detail``; and that detail
-    without the numbers that became fields (``requeue``)."""
-    reader = _LEGACY.get(kind)
-    data = reader(detail) if reader else {}
-    if kind == "requeue":
-        detail = detail.split(" checkpoint=", 1)[0]
-    return detail, data
-
-
-def _words(detail: str) -> dict[str, str]:
-    """The ``key=value`` words of a detail."""
-    pairs = (w.split("=", 1) for w in detail.split(" ") if "=" in w)
-    return {key: value for key, value in pairs}
-
-
-def _legacy_start(detail: str) -> dict[str, object]:
-    words = _words(detail)
-    data: dict[str, object] = {"checkpoint": _numbers(detail).get("checkpoint", -1)}
-    for key, word in (("nodelist", "nodes"), ("batch", "batch")):
-        if word in words:
-            data[key] = words[word]
-    return data
-
-
-def _legacy_requeue(detail: str) -> dict[str, object]:
-    numbers = _numbers(detail)
-    data: dict[str, object] = {k: numbers[k] for k in ("checkpoint", "progress") if k in numbers}
-    for pattern, how in _LEGACY_REQUEUE:
-        match = pattern.search(detail)
-        if not match:
-            continue
-        data["how"] = how
-        if how == CONTINUED:
-            data["next"] = match.group(1)
-        elif how == TOOK_OVER:
-            data.update(next=match.group(1), stopped_job=match.group(2))
-            data["slurm_state"] = match.group(3)
-        elif how == SLURM:
-            data["stopped_run"] = int(match.group(1)) - 1
-        break
-    return data
-
-
-def _legacy_standby(detail: str) -> dict[str, object]:
-    match = _LEGACY_STANDBY.match(detail)
-    return {"standby": match.group(1), "standby_for": match.group(2)} if match else {}
-
-
-def _legacy_fault(detail: str) -> dict[str, object]:
-    match = _LEGACY_FAULT.match(detail)
-    if not match:
-        return {"node": None, "evidence": detail}
-    node = match.group(1)
-    data: dict[str, object] = {"node": None if node in ("", "-") else node}
-    data["evidence"] = match.group(3) or ""
-    if match.group(2):
-        data["stopped_job"] = match.group(2)
-    return data
-
-
-def _legacy_exclude(detail: str) -> dict[str, object]:
-    words = _words(detail)
-    return {
-        "nodes": _node_list(words.get("nodes", "")),
-        "released": _node_list(words.get("released", "")),
-    }
-
-
-def _legacy_health(detail: str) -> dict[str, object]:
-    match = _LEGACY_HEALTH.match(detail)
-    if not match:
-        return {}
-    data: dict[str, object] = {"node": match.group(1), "output": match.group(3) or ""}
-    if match.group(2):
-        data["exit"] = int(match.group(2))
-    return data
-
-
-def _legacy_handoff(detail: str) -> dict[str, object]:
-    match = _LEGACY_HANDOFF.match(detail)
-    return {"next": match.group(1), "nodes": _node_list(match.group(2))} if match else {}
-
-
-def _legacy_signal(detail: str) -> dict[str, object]:
-    return {"signal": detail}
-
-
-_LEGACY: dict[str, Callable[[str], dict[str, object]]] = {
-    "start": _legacy_start,
-    "requeue": _legacy_requeue,
-    "standby": _legacy_standby,
-    "fault": _legacy_fault,
-    "exclude": _legacy_exclude,
-    "health": _legacy_health,
-    "handoff": _legacy_handoff,
-    "signal": _legacy_signal,
-}
-
-
-def _numbers(detail: str) -> dict[str, int]:
-    return {key: int(value) for key, value in _NUMBER.findall(detail)}
-
-
-def _node_list(text: str) -> list[str]:
-    return [n for n in text.split(",") if n and n != "-"]
 
 
 class Chain:

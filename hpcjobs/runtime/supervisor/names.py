@@ -10,14 +10,11 @@ from collections.abc import Mapping
 #: ``HPCJOBS_OUTPUT_DIR``: that one overrides the site's ``slurm.output_dir`` for any hpcjobs
 #: command, a job's own included.
 ENV_OUTPUT_DIR = "HPCJOBS_JOB_OUTPUT_DIR"
-#: The same folder's name before 0.2, when "run" also meant the output folder: still exported,
-#: and read where the new name is unset, until the next release.
-LEGACY_ENV_OUTPUT_DIR = "HPCJOBS_RUN_DIR"
 
 
 def output_dir(env: Mapping[str, str]) -> str:
     """The output folder ``env`` names ("" if it names none)."""
-    return env.get(ENV_OUTPUT_DIR, "") or env.get(LEGACY_ENV_OUTPUT_DIR, "")
+    return env.get(ENV_OUTPUT_DIR, "")
 
 
 #: The folder, in the output folder, that holds the supervisor's zipapp.
@@ -27,11 +24,6 @@ SUPPORT_DIR = ".hpcjobs"
 def chain_log(root: str) -> str:
     """The chain's event log (:mod:`.eventlog`)."""
     return f"chain-{root}.jsonl"
-
-
-def legacy_chain_log(root: str) -> str:
-    """The event log of a chain started by hpcjobs 0.1 (tab-separated; still read)."""
-    return f"chain-{root}.tsv"
 
 
 def progress_dir(root: str) -> str:

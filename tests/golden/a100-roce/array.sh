@@ -21,7 +21,6 @@
 set -eo pipefail
 module load cuda/12.2
 export HPCJOBS_JOB_OUTPUT_DIR=/home/user/hpcjobs/runs/sweep
-export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/sweep
 export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/sweep/checkpoints/task-"${HPCJOBS_ARRAY_TASK_ID:-${SLURM_ARRAY_TASK_ID:-0}}"
 export HPCJOBS_SIGNAL=USR2
 export HPCJOBS_GPU_MONITOR_INTERVAL=30

@@ -20,7 +20,6 @@
 set -eo pipefail
 module load cuda/12.2
 export HPCJOBS_JOB_OUTPUT_DIR=/home/user/hpcjobs/runs/container-train
-export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/container-train
 export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/container-train/checkpoints
 export HPCJOBS_SIGNAL=USR2
 export HPCJOBS_GPU_MONITOR_INTERVAL=30

@@ -19,7 +19,6 @@
 set -eo pipefail
 module load cuda/12.2
 export HPCJOBS_JOB_OUTPUT_DIR=/home/user/hpcjobs/runs/preprocess
-export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/preprocess
 export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/preprocess/checkpoints
 export HPCJOBS_SIGNAL=USR2
 export HPCJOBS_GPU_MONITOR_INTERVAL=0

@@ -21,7 +21,6 @@ set -eo pipefail
 module load cuda/12.2
 export OMP_NUM_THREADS=4  # job
 export HPCJOBS_JOB_OUTPUT_DIR=/home/user/hpcjobs/runs/pretrain-small
-export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/pretrain-small
 export HPCJOBS_CHECKPOINT_DIR=/scratch/ckpt/pretrain-small
 export HPCJOBS_SIGNAL=USR2
 export HPCJOBS_GPU_MONITOR_INTERVAL=30

@@ -22,7 +22,6 @@ module load cuda/12.4
 module load nccl/2.21
 source /etc/profile.d/dgx-site.sh
 export HPCJOBS_JOB_OUTPUT_DIR=/home/user/hpcjobs/runs/elastic
-export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/elastic
 export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/elastic/checkpoints
 export HPCJOBS_SIGNAL=USR2
 export HPCJOBS_GPU_MONITOR_INTERVAL=30

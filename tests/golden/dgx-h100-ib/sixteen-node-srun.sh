@@ -26,7 +26,6 @@ module load nccl/2.21
 source /etc/profile.d/dgx-site.sh
 export WANDB_PROJECT='large runs'  # job
 export HPCJOBS_JOB_OUTPUT_DIR=/home/user/hpcjobs/runs/pretrain-large
-export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/pretrain-large
 export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/pretrain-large/checkpoints
 export HPCJOBS_SIGNAL=TERM
 export HPCJOBS_GPU_MONITOR_INTERVAL=30

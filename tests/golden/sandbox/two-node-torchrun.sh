@@ -20,7 +20,6 @@
 # --- environment: modules, site setup, job variables ---
 set -eo pipefail
 export HPCJOBS_JOB_OUTPUT_DIR=/home/user/hpcjobs/runs/torchrun-small
-export HPCJOBS_RUN_DIR=/home/user/hpcjobs/runs/torchrun-small
 export HPCJOBS_CHECKPOINT_DIR=/home/user/hpcjobs/runs/torchrun-small/checkpoints
 export HPCJOBS_SIGNAL=USR2
 export HPCJOBS_GPU_MONITOR_INTERVAL=30

@@ -1,5 +1,0 @@
-"""Deprecated path of :mod:`hpcjobs.runtime.resumable` (see :mod:`hpcjobs._moved`)."""
-
-from hpcjobs._moved import forward
-
-forward(__name__)
