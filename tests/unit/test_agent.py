@@ -22,6 +22,7 @@ from hpcjobs.runtime.supervisor.agent import (
     split_history,
 )
 from hpcjobs.runtime.supervisor.stall import StallWatch
+from hpcjobs.runtime.supervisor.windup import StepControl
 from tests.unit.test_windup import launcher_ignoring
 
 
@@ -182,9 +183,8 @@ def test_the_stall_watch_blames_the_node_of_the_stalled_rank(tmp_path: Path) -> 
     _summary(tmp_path, "n1", "5", {0: (40, 0.0)})
     _summary(tmp_path, "n2", "5", {3: (9, 30.0)})
     _summary(tmp_path, "n9", "6", {7: (1, 500.0)})
-    watch = StallWatch(
-        str(tmp_path), "5", 10, 0.1, 0, "USR2", child, logged.append, lambda: killed.append(True)
-    )
+    step = StepControl(child, "USR2", 0, logged.append, lambda: killed.append(True))
+    watch = StallWatch(step, str(tmp_path), "5", 10, 0.1)
     watch.start()
     try:
         deadline = time.monotonic() + 20
@@ -204,7 +204,8 @@ def test_ranks_tied_at_the_same_step_blame_no_node(tmp_path: Path) -> None:
     child = subprocess.Popen(["sleep", "60"])
     _summary(tmp_path, "n1", "5", {0: (9, 30.0)})
     _summary(tmp_path, "n2", "5", {1: (9, 30.5)})
-    watch = StallWatch(str(tmp_path), "5", 10, 0.1, 0, "USR2", child, lambda _: None, lambda: None)
+    step = StepControl(child, "USR2", 0, lambda _: None, lambda: None)
+    watch = StallWatch(step, str(tmp_path), "5", 10, 0.1)
     watch.start()
     try:
         deadline = time.monotonic() + 20
@@ -220,7 +221,8 @@ def test_the_watch_looks_again_when_a_rank_would_pass_the_timeout(tmp_path: Path
     """A rank 9.5 s into a 10 s timeout is judged just after its 10 s, not a whole cycle later;
     otherwise the watch reads once per cycle."""
     child = subprocess.Popen(["sleep", "60"])
-    watch = StallWatch(str(tmp_path), "5", 10, 5.0, 0, "USR2", child, lambda _: None, lambda: None)
+    step = StepControl(child, "USR2", 0, lambda _: None, lambda: None)
+    watch = StallWatch(step, str(tmp_path), "5", 10, 5.0)
     try:
         wait = watch._next_wait
         assert wait({0: 4, 1: 3}, {0: 100.0, 1: 90.5}, 100.0) == pytest.approx(0.55)
@@ -249,10 +251,8 @@ def test_closing_the_watch_ends_its_grace_and_kill_waits_at_once(tmp_path: Path)
     child_ignores = launcher_ignoring(tmp_path)  # the warning must find it ignoring it
     _summary(tmp_path, "n2", "5", {3: (9, 30.0)})
     killed: list[bool] = []
-    watch = StallWatch(
-        str(tmp_path), "5", 10, 0.1, 30, "USR2", child_ignores, lambda _: None,
-        lambda: killed.append(True),
-    )  # fmt: skip
+    step = StepControl(child_ignores, "USR2", 30, lambda _: None, lambda: killed.append(True))
+    watch = StallWatch(step, str(tmp_path), "5", 10, 0.1)
     try:
         watch.start()
         deadline = time.monotonic() + 20
@@ -284,8 +284,9 @@ def _agent_process(tmp_path: Path, shared: Path) -> tuple[dict[str, str], list[s
 def test_the_supervisor_stops_an_agent_that_was_not_ready_for_its_signal(tmp_path: Path) -> None:
     """A job that inherited SIGHUP ignored (nohup) loses a SIGHUP sent before the agent set its
     handler: the supervisor sends it again until the agent is gone, and never waits it out."""
+    from hpcjobs.runtime.supervisor.nodeagents import AGENTS_STOP_S
     from hpcjobs.runtime.supervisor.policy import Policy
-    from hpcjobs.runtime.supervisor.supervise import AGENTS_STOP_S, Supervisor
+    from hpcjobs.runtime.supervisor.supervise import Supervisor
 
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -296,9 +297,9 @@ def test_the_supervisor_stops_an_agent_that_was_not_ready_for_its_signal(tmp_pat
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
     )
     sup = Supervisor(Policy(), "/o/job.sh", ["true"], env={"SLURM_JOB_ID": "8"})
-    sup.agents, sup.agents_step = proc, False
+    sup.agents.process, sup.agents.in_step = proc, False
     started = time.monotonic()
-    sup.stop_agents()  # at once: the agent has not set its handler yet
+    sup.agents.stop()  # at once: the agent has not set its handler yet
     assert proc.poll() == 0  # it ended through its handler, not killed
     assert time.monotonic() - started < AGENTS_STOP_S
     assert (shared / "node-n3").exists()

@@ -79,8 +79,8 @@ def test_an_elastic_size_or_spares_keep_the_chain_in_the_job(
 def _elastic(tmp_path: Path, slurm: JobSlurm) -> Supervisor:
     """A job 300 asked for -N 2-3 (no spare), got n[1-3]."""
     sup = spare_supervisor(tmp_path, slurm, spare=0)
-    sup.policy = Policy(budgets={"node_failure": 3, "stall": 3}, nodes=3, min_nodes=2)
-    sup.launch_argv = ["srun", "--nodes=3", "prog"]
+    sup.ctx.policy = Policy(budgets={"node_failure": 3, "stall": 3}, nodes=3, min_nodes=2)
+    sup.program.argv = ["srun", "--nodes=3", "prog"]
     return sup
 
 
@@ -96,43 +96,49 @@ def test_a_run_goes_on_with_fewer_nodes_down_to_the_minimum(
     monkeypatch.setattr(subprocess, "Popen", Popen)
     slurm = JobSlurm()
     sup = _elastic(tmp_path, slurm)
-    assert sup.take_nodes()
-    assert sup.step == ["n1", "n2", "n3"]
+    assert sup.nodes.take()
+    assert sup.ctx.run_nodes == ["n1", "n2", "n3"]
     # n2 fails: Slurm took it out of the job; the run goes on with 2 nodes.
     slurm.jobs["300"]["NodeList"] = "n1,n3"
     slurm.nodes["n2"] = "down*"
-    assert sup.stays_in_job("node_failure", ["n2"])
-    assert sup.step == ["n1", "n3"]
-    sup.launch()
+    assert sup.nodes.stays_in_job("node_failure", ["n2"])
+    assert sup.ctx.run_nodes == ["n1", "n3"]
+    sup.program.launch()
     assert started[-1] == ["srun", "--nodelist=n1,n3", "--nodes=2", "prog"]
     (requeue,) = [
         e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == "requeue"
     ]
     assert (requeue.cause, requeue.text("how")) == ("node_failure", "in_job")
     # Its start says the full size, for report's part "shrunk".
-    sup.announce(1)
+    sup.start.announce(1)
     start = [e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == "start"][-1]
     assert (start.text("nodelist"), start.number("held"), start.number("full")) == ("n1,n3", 2, 3)
     # n3 fails too: one node is fewer than the minimum, the chain goes on in another job.
     slurm.jobs["300"]["NodeList"] = "n1"
     slurm.nodes["n3"] = "down*"
-    assert not sup.stays_in_job("node_failure", ["n3"])
+    assert not sup.nodes.stays_in_job("node_failure", ["n3"])
 
 
 def test_a_job_slurm_started_smaller_runs_on_what_it_got(tmp_path: Path) -> None:
     slurm = JobSlurm()
     slurm.jobs["300"]["NodeList"] = "n[1-2]"
     sup = _elastic(tmp_path, slurm)
-    sup.env.update(SLURM_JOB_NODELIST="n[1-2]", SLURM_JOB_NUM_NODES="2")
+    sup.ctx.env.update(SLURM_JOB_NODELIST="n[1-2]", SLURM_JOB_NUM_NODES="2")
     # Its nodes unknown (Slurm did not answer): as many as the job has.
-    assert sup.sized(["srun", "--nodes=3", "prog"]) == ["srun", "--nodes=2", "prog"]
-    assert sup.take_nodes()
-    assert sup.step == ["n1", "n2"] and slurm.shrunk == []
-    assert sup.sized(["srun", "--nodes=3", "prog"]) == [
+    assert sup.program.sized(["srun", "--nodes=3", "prog"]) == ["srun", "--nodes=2", "prog"]
+    assert sup.nodes.take()
+    assert sup.ctx.run_nodes == ["n1", "n2"] and slurm.shrunk == []
+    assert sup.program.sized(["srun", "--nodes=3", "prog"]) == [
         "srun", "--nodelist=n1,n2", "--nodes=2", "prog"
     ]  # fmt: skip
     # A launch it cannot size runs as written, and the job's log says so.
-    assert sup.sized(["srun", "-N", "3", "prog"]) == ["srun", "--nodelist=n1,n2", "-N", "3", "prog"]
+    assert sup.program.sized(["srun", "-N", "3", "prog"]) == [
+        "srun",
+        "--nodelist=n1,n2",
+        "-N",
+        "3",
+        "prog",
+    ]
 
 
 def test_exclusions_leave_room_for_the_fewest_nodes_a_later_job_asks_for(
@@ -143,8 +149,8 @@ def test_exclusions_leave_room_for_the_fewest_nodes_a_later_job_asks_for(
     slurm.partition_nodes = lambda partition: 4  # type: ignore[method-assign]
     sup = _elastic(tmp_path, slurm)
     for node in ("n2", "n3", "n4"):
-        sup.exclude("stall", [node])
-    assert sup.chain.excluded() == ["n3", "n4"]
+        sup.nodes.exclude("stall", [node])
+    assert sup.ctx.chain.excluded() == ["n3", "n4"]
 
 
 # ---- submission -------------------------------------------------------------------------------

@@ -8,10 +8,20 @@ from pathlib import Path
 import pytest
 
 from hpcjobs.jobs.chain import parse_chain
-from hpcjobs.runtime.supervisor.eventlog import FIELDS, FORMAT, HOWS, Event, EventLog, encode, parse
+from hpcjobs.runtime.supervisor.eventlog import (
+    FIELDS,
+    FORMAT,
+    HOWS,
+    ChainView,
+    Event,
+    EventLog,
+    encode,
+    parse,
+)
 from tests.eventlines import line
 
 DOCS = Path(__file__).parents[2] / "docs" / "requeue.md"
+
 
 def test_a_line_is_one_json_object_with_a_version() -> None:
     text = line("7", "requeue", "timeout", "continued as job 9", at=2.5, how="continued", next="9")
@@ -122,3 +132,24 @@ def test_the_docs_list_every_event_and_its_fields() -> None:
             assert f"`{name}`" in row[0], f"docs/requeue.md: {kind} lacks {name}"
     for how in HOWS:
         assert f"`{how}`" in text
+
+
+def test_the_chain_view_reads_only_what_was_added(tmp_path: Path) -> None:
+    """The supervisor's view of the log: each look parses the whole lines added since the last
+    one; a line still being written waits; a log replaced (set aside) is read from its start."""
+    path = tmp_path / "chain-7.jsonl"
+    view = ChainView(str(path))
+    assert view.current().events == []
+    path.write_text(line("7", "start", checkpoint=-1))
+    chain = view.current()
+    assert [e.event for e in chain.events] == ["start"]
+    requeue = line("7", "requeue", "timeout", "continued as job 9", how="continued", next="9")
+    with path.open("a") as handle:
+        handle.write(requeue[:20])
+    assert [e.event for e in view.current().events] == ["start"]
+    with path.open("a") as handle:
+        handle.write(requeue[20:])
+    assert view.current() is chain and chain.continued_as("9")
+    path.rename(tmp_path / "old")
+    path.write_text(line("9", "start", checkpoint=3) * 2)
+    assert [e.job_id for e in view.current().events] == ["9", "9"]

@@ -118,8 +118,8 @@ def _crash(
     for name, text in captures.items():
         (capture / name).write_text(text)
     sup = _supervisor(env, patterns=list(site))
-    sup.err_file, sup.err_offset, sup.capture_dir = str(err), len(EARLIER), str(capture)
-    return sup.crash()
+    sup.ctx.err_file, sup.ctx.err_offset, sup.ctx.capture_dir = str(err), len(EARLIER), str(capture)
+    return sup.ending.crash()
 
 
 def test_signature_in_the_failing_ranks_output_is_infrastructure(tmp_path: Path) -> None:
@@ -237,8 +237,8 @@ def _exclude(tmp_path: Path, *batches: str, total: str, mx: int = 8) -> list[str
     stub.write_text(f"#!/bin/bash\necho 'PartitionName=batch TotalNodes={total} State=UP'\n")
     sup = _supervisor(env, max_excluded=mx)
     for batch in batches:
-        sup.exclude("node_failure", batch.split())
-    return sup.chain.excluded()
+        sup.nodes.exclude("node_failure", batch.split())
+    return sup.ctx.chain.excluded()
 
 
 def test_exclusions_accumulate(tmp_path: Path) -> None:
@@ -287,12 +287,12 @@ def _stall(
     env["P"] = str(progress)
     policy = _policy(stall_timeout=2, stall_grace=grace, signal="USR2")
     sup = Supervisor(policy, SCRIPT, launch, env=env)
-    sup.progress_dir = str(progress)
+    sup.ctx.progress_dir = str(progress)
     started = time.monotonic()
-    sup.launch()
-    rc = sup.wait()
-    assert sup.watch is not None
-    sup.watch.close()
+    sup.program.launch()
+    rc = sup.program.wait()
+    assert sup.program.watch is not None
+    sup.program.watch.close()
     assert time.monotonic() - started < 25
     return sup, rc
 
@@ -306,8 +306,8 @@ def test_a_rank_behind_the_others_is_the_suspect(tmp_path: Path) -> None:
     writers = "summary n2 1 5; for i in $(seq 6 40); do summary n1 0 $i; sleep 0.3; done"
     sup, rc = _stall(tmp_path, ["bash", "-c", f"trap '' USR2; {SUMMARY}{writers}"])
     assert rc == 128 + signal.SIGKILL
-    assert sup.watch is not None and sup.watch.found is not None
-    node, found = sup.watch.found
+    assert sup.program.watch is not None and sup.program.watch.found is not None
+    node, found = sup.program.watch.found
     assert (node, found.rank, found.step, found.tied) == ("n2", 1, 5, 0)
     assert found.idle >= 2
     # The run ends as a stall on n2: logged, n2 excluded, the chain goes on.
@@ -324,8 +324,8 @@ def test_tied_ranks_blame_nobody(tmp_path: Path) -> None:
     sup, rc = _stall(tmp_path, ["sleep", "30"], grace=5, summaries=summaries)
     # sleep listens for no warning: it gets none, and is killed once the grace time is over.
     assert rc == 128 + signal.SIGKILL
-    assert sup.watch is not None and sup.watch.found is not None
-    node, found = sup.watch.found
+    assert sup.program.watch is not None and sup.program.watch.found is not None
+    node, found = sup.program.watch.found
     assert (node, found.step, found.tied) == ("", 5, 1)
     assert sup.finish(rc) == 0
     fault = _events(tmp_path)[0]
@@ -340,7 +340,7 @@ def test_progressing_and_silent_ranks_never_stall(tmp_path: Path) -> None:
     writers = "for i in $(seq 1 12); do summary n1 0 $i; sleep 0.5; done"
     sup, rc = _stall(tmp_path, ["bash", "-c", SUMMARY + writers])
     assert rc == 0
-    assert sup.watch is not None and sup.watch.found is None
+    assert sup.program.watch is not None and sup.program.watch.found is None
 
 
 def test_reports_from_an_earlier_run_are_not_judged(tmp_path: Path) -> None:
@@ -351,46 +351,41 @@ def test_reports_from_an_earlier_run_are_not_judged(tmp_path: Path) -> None:
     }
     sup, rc = _stall(tmp_path, ["sleep", "5"], summaries=summaries)
     assert rc == 0
-    assert sup.watch is not None and sup.watch.found is None
+    assert sup.program.watch is not None and sup.program.watch.found is None
 
 
 # ---- the event log: faults, exclusions, standbys ------------------------------------------------
 
 
 def test_history_reads_suspect_evidence_and_exclusions() -> None:
-    rows = [
-        ("1.0", "100", "start", "-", "checkpoint=-1 nodes=n[1-2] batch=n1"),
-        ("1.1", "100", "standby", "-", "standby job 101 for job 100"),
-        ("5.0", "100", "fault", "infrastructure", "node=n2 evidence=NCCL WARN NET/IB : Got x"),
-        ("5.1", "100", "exclude", "infrastructure", "nodes=n2"),
-        (
-            "5.2",
-            "100",
-            "requeue",
-            "infrastructure",
-            "continued as job 101 (the standby) checkpoint=19 progress=25",
-        ),
-        ("6.0", "101", "start", "-", "checkpoint=19 nodes=n[1,3] batch=n1"),
-        ("6.1", "101", "standby", "-", "standby job 102 for job 101"),
-        (
-            "9.0",
-            "102",
-            "fault",
-            "node_failure",
-            "node=n1 job=101 evidence=job 101 ended NODE_FAIL without a word (batch host n1)",
-        ),
-        ("9.0", "102", "exclude", "node_failure", "nodes=n1 released=n2 (at most 1 excluded)"),
-        (
-            "9.0",
-            "102",
-            "requeue",
-            "node_failure",
-            "standby job 102 took over from job 101 (NODE_FAIL) checkpoint=29 progress=29",
-        ),
-        ("9.8", "102", "start", "-", "checkpoint=29 nodes=n[2-3] batch=n2"),
-        ("20.0", "102", "end", "finish", "completed"),
-    ]
-    chain = parse_chain("".join(f"{t}\t{j}\t0\t{e}\t{c}\t{d}\n" for t, j, e, c, d in rows))
+    chain = parse_chain(
+        line("100", "start", "-", "checkpoint=-1 nodes=n[1-2] batch=n1", at=1.0, checkpoint=-1,
+             nodelist="n[1-2]", batch="n1")
+        + line("100", "standby", "-", "standby job 101 for job 100", at=1.1, standby="101",
+               standby_for="100")
+        + line("100", "fault", "infrastructure", "node=n2 evidence=NCCL WARN NET/IB : Got x",
+               at=5.0, node="n2", evidence="NCCL WARN NET/IB : Got x")
+        + line("100", "exclude", "infrastructure", "nodes=n2", at=5.1, nodes=["n2"], released=[])
+        + line("100", "requeue", "infrastructure", "continued as job 101 (the standby)", at=5.2,
+               checkpoint=19, progress=25, how="continued", next="101")
+        + line("101", "start", "-", "checkpoint=19 nodes=n[1,3] batch=n1", at=6.0, checkpoint=19,
+               nodelist="n[1,3]", batch="n1")
+        + line("101", "standby", "-", "standby job 102 for job 101", at=6.1, standby="102",
+               standby_for="101")
+        + line("102", "fault", "node_failure",
+               "node=n1 job=101 evidence=job 101 ended NODE_FAIL without a word (batch host n1)",
+               at=9.0, node="n1", evidence="job 101 ended NODE_FAIL without a word (batch host n1)",
+               stopped_job="101")
+        + line("102", "exclude", "node_failure", "nodes=n1 released=n2 (at most 1 excluded)",
+               at=9.0, nodes=["n1"], released=["n2"])
+        + line("102", "requeue", "node_failure",
+               "standby job 102 took over from job 101 (NODE_FAIL)", at=9.0, checkpoint=29,
+               progress=29, how="took_over", next="102", stopped_job="101",
+               slurm_state="NODE_FAIL")
+        + line("102", "start", "-", "checkpoint=29 nodes=n[2-3] batch=n2", at=9.8, checkpoint=29,
+               nodelist="n[2-3]", batch="n2")
+        + line("102", "end", "finish", "completed", at=20.0)
+    )  # fmt: skip
     first, second = chain.interruptions()
     assert (first.cause, first.suspect, first.excluded) == ("infrastructure", "n2", ["n2"])
     assert first.evidence == "NCCL WARN NET/IB : Got x"
@@ -416,8 +411,8 @@ def test_health_check_clears_or_excludes_the_suspect(
     srun.write_text('#!/bin/bash\necho "srun $*" >> "$STUB_LOG"\nshift 6\nexec "$@"\n')
     srun.chmod(0o755)
     sup = _supervisor(env, health_check="echo checking; exit $CODE")
-    sup.fault_exclude("infrastructure", "n2")
-    assert sup.chain.excluded() == excluded
+    sup.nodes.fault_exclude("infrastructure", "n2")
+    assert sup.ctx.chain.excluded() == excluded
     assert "srun --overlap --nodes=1 --ntasks=1 --nodelist=n2" in _calls(tmp_path)
     (health,) = [e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == "health"]
     assert health.cause == ("pass" if code == 0 else "fail")
@@ -497,10 +492,10 @@ def test_a_run_being_cancelled_keeps_no_standby(tmp_path: Path, when: str) -> No
         env["STUB_SACCT_RUNS"] = "CANCELLED"
     sup = _supervisor(env)
     if when == "signal before sbatch":
-        sup.signal_seen = "term"
+        sup.state.signal = "term"
     assert _begin(sup) is None
-    sup.standby_submit()  # right after the program starts
-    assert sup.standby == ""
+    sup.standby.submit()  # right after the program starts
+    assert sup.standby.job == ""
     calls = _calls(tmp_path)
     if when == "cancelled during sbatch":
         assert "scancel --quiet 4242" in calls
@@ -524,8 +519,8 @@ def test_the_jobs_stderr_file_is_found_on_every_release(
     file, which Slurm 26.05 shows as an empty ``StdErr=``."""
     env = _job_env(tmp_path, STUB_STDOUT="/o/slurm-300.out", STUB_STDERR=stderr)
     sup = _supervisor(env)
-    sup.private_logs()
-    assert sup.err_file == expected
+    sup.start.private_logs()
+    assert sup.ctx.err_file == expected
 
 
 @pytest.mark.parametrize(
@@ -543,23 +538,23 @@ def test_only_a_cancel_counts_as_one(
     tmp_path: Path, info: str, acct: str, signal: str, cancelled: bool
 ) -> None:
     sup = _supervisor(_job_env(tmp_path, STUB_JOB_STATE=info, STUB_SACCT_RUNS=acct))
-    sup.signal_seen = signal
-    assert sup.being_cancelled() is cancelled
+    sup.state.signal = signal
+    assert sup.ending.being_cancelled() is cancelled
 
 
 def test_a_term_from_a_requeue_by_slurm_is_no_cancel(tmp_path: Path) -> None:
     """``scontrol requeue`` (the program's own, or an admin's) sends SIGTERM too; it may come
     while the standby is being submitted, right after the program starts."""
     sup = _supervisor(_job_env(tmp_path, STUB_RESTARTS="1"))
-    sup.signal_seen = "term"
-    assert not sup.being_cancelled()
+    sup.state.signal = "term"
+    assert not sup.ending.being_cancelled()
 
 
 def test_a_term_during_a_preemption_is_no_cancel(tmp_path: Path) -> None:
     """Without send_user_signal a preemption sends SIGTERM: the run keeps its standby."""
     sup = _supervisor(_job_env(tmp_path, STUB_PREEMPT_TIME="2026-01-01T00:00:00"))
-    sup.signal_seen = "term"
-    assert not sup.being_cancelled()
+    sup.state.signal = "term"
+    assert not sup.ending.being_cancelled()
 
 
 def test_standby_waits_for_the_final_state_without_accounting(tmp_path: Path) -> None:

@@ -14,8 +14,9 @@ from hpcjobs.runtime.supervisor import decide, grow, names
 from hpcjobs.runtime.supervisor.eventlog import Chain, Event, parse
 from hpcjobs.runtime.supervisor.policy import Policy
 from hpcjobs.runtime.supervisor.slurm import Result
+from hpcjobs.runtime.supervisor.state import FINISH
 from hpcjobs.runtime.supervisor.successor import successor_args, successor_env
-from hpcjobs.runtime.supervisor.supervise import Stop, Supervisor
+from hpcjobs.runtime.supervisor.supervise import Supervisor
 from tests.eventlines import events_in, line
 from tests.unit.test_spares import JobSlurm
 from tests.unit.test_spares import _supervisor as spare_supervisor
@@ -88,14 +89,14 @@ class Child:
 def _shrunk(tmp_path: Path, slurm: GrowSlurm) -> Supervisor:
     """Job 300 asked for -N 2-3, lost n2 (excluded), and runs on n1,n3."""
     sup = spare_supervisor(tmp_path, slurm, spare=0)
-    sup.policy = Policy(
+    sup.ctx.policy = Policy(
         budgets={"node_failure": 3},
         nodes=3,
         min_nodes=2,
         sbatch_args=["--nodes=2-3", "--no-kill"],
     )
-    sup.exclude("node_failure", ["n2"])
-    assert sup.take_nodes() and sup.step == ["n1", "n3"]
+    sup.nodes.exclude("node_failure", ["n2"])
+    assert sup.nodes.take() and sup.ctx.run_nodes == ["n1", "n3"]
     return sup
 
 
@@ -112,8 +113,8 @@ def _watched(
     slurm = GrowSlurm()
     sup = _shrunk(tmp_path, slurm)
     child = Child()
-    sup.child = child  # type: ignore[assignment]
-    sup.grow_submit()
+    sup.program.child = child  # type: ignore[assignment]
+    sup.growth.submit()
     return slurm, sup, child
 
 
@@ -134,25 +135,25 @@ def test_a_run_below_its_full_size_makes_way_for_its_grower(
     (exclude,) = [e for e in _events(tmp_path, "exclude") if e.cause == "grow"]
     assert (exclude.names("nodes"), exclude.names("released")) == ([], ["n2"])
     (grower_event,) = _events(tmp_path, "grower")
-    grower = sup.grower
+    grower = sup.growth.grower
     assert grower_event.text("grower") == grower and grower_event.text("size") == "3"
     # Pending: the run goes on.
     time.sleep(0.1)
-    assert child.signals == [] and not sup.grow_watch.started.is_set()  # type: ignore[union-attr]
+    assert child.signals == [] and not sup.growth.watch.started.is_set()  # type: ignore[union-attr]
     # The grower holds 3 nodes and says so: the run claims the move, and is told to
     # checkpoint and exit.
     slurm.jobs[grower] = {"JobState": "RUNNING"}
     (tmp_path / "run" / names.grow_ready(grower)).mkdir()
-    _wait(lambda: sup.signal_seen == "warning")
+    _wait(lambda: sup.state.signal == "warning")
     # Delivered to the program's processes that listen for it (deliver.py), not to the launcher.
     time.sleep(0.1)
-    assert child.signals == [] and sup.signal_seen == "warning"
+    assert child.signals == [] and sup.state.signal == "warning"
     assert (tmp_path / "run" / f".takeover-{grower}").is_dir()
-    sup.grow_watch.close()  # type: ignore[union-attr]
-    assert sup.hand_over_to_grower() == "handed"
+    sup.growth.watch.close()  # type: ignore[union-attr]
+    assert sup.growth.hand_over() == "handed"
     (handoff,) = _events(tmp_path, "handoff")
     assert (handoff.cause, handoff.text("next")) == ("grow", grower)
-    assert sup.grower == "" and sup.chain.continued_as(grower)
+    assert sup.growth.grower == "" and sup.ctx.chain.continued_as(grower)
 
 
 def test_a_grower_gone_after_the_move_was_claimed_leaves_the_chain_in_the_job(
@@ -160,13 +161,13 @@ def test_a_grower_gone_after_the_move_was_claimed_leaves_the_chain_in_the_job(
 ) -> None:
     slurm = GrowSlurm()
     sup = _shrunk(tmp_path, slurm)
-    sup.grow_submit()
-    grower = sup.grower
+    sup.growth.submit()
+    grower = sup.growth.grower
     slurm.jobs[grower] = {"JobState": "CANCELLED"}
-    assert sup.hand_over_to_grower() == "again"
+    assert sup.growth.hand_over() == "again"
     (requeue,) = [e for e in _events(tmp_path, "requeue") if e.cause == "grow"]
-    assert requeue.text("how") == "in_job" and sup.step == ["n1", "n3"]
-    assert not _events(tmp_path, "handoff") and sup.grower == ""
+    assert requeue.text("how") == "in_job" and sup.ctx.run_nodes == ["n1", "n3"]
+    assert not _events(tmp_path, "handoff") and sup.growth.grower == ""
 
 
 def test_a_grower_that_gave_up_or_left_the_queue_is_replaced(
@@ -174,21 +175,19 @@ def test_a_grower_that_gave_up_or_left_the_queue_is_replaced(
 ) -> None:
     monkeypatch.setattr(grow, "CHECK_EVERY", 1)
     slurm, sup, child = _watched(tmp_path, monkeypatch)
-    first = sup.grower
+    first = sup.growth.grower
     slurm.jobs[first] = {"JobState": "PENDING"}
     # It gave up (claimed the move) just as it said it was ready: the run goes on.
     (tmp_path / "run" / f".takeover-{first}").mkdir()
     (tmp_path / "run" / names.grow_ready(first)).mkdir()
-    _wait(lambda: sup.grower not in ("", first))
-    second = sup.grower
+    _wait(lambda: sup.growth.grower not in ("", first))
+    second = sup.growth.grower
     assert second not in ("", first) and child.signals == []
     # The next one is cancelled while it waits in the queue: a third.
     slurm.jobs[second] = {"JobState": "CANCELLED"}
-    _wait(lambda: sup.grower not in ("", second))
+    _wait(lambda: sup.growth.grower not in ("", second))
     assert len(slurm.submitted) == 3 and child.signals == []
-    with sup.grow_lock:
-        sup.finishing = True  # a run that ends gets no new grower
-    sup.grow_watch.close()  # type: ignore[union-attr]
+    sup.growth.close_watch(FINISH)  # a run that ends gets no new grower
 
 
 # ---- the grower ---------------------------------------------------------------------------
@@ -198,18 +197,18 @@ def _grower(tmp_path: Path, slurm: GrowSlurm, nodes: str) -> Supervisor:
     """Job 310, the grower of job 300 (which runs on n1,n3), started on ``nodes``."""
     slurm.jobs["310"] = {"JobState": "RUNNING", "NodeList": nodes}
     sup = spare_supervisor(tmp_path, slurm, spare=0)
-    sup.policy = Policy(budgets={"node_failure": 3}, nodes=3, min_nodes=2)
-    sup.job = sup.self_id = "310"
-    sup.batch = "n4"
-    sup.grow_for = "300"
-    sup.env.update(SLURM_JOB_ID="310", SLURM_JOB_NODELIST=nodes)
+    sup.ctx.policy = Policy(budgets={"node_failure": 3}, nodes=3, min_nodes=2)
+    sup.ctx.job = sup.ctx.self_id = "310"
+    sup.ctx.batch = "n4"
+    sup.ctx.grow_for = "300"
+    sup.ctx.env.update(SLURM_JOB_ID="310", SLURM_JOB_NODELIST=nodes)
     log = tmp_path / "run" / "chain-300.jsonl"
     log.write_text(
         log.read_text()
         + line("300", "start", checkpoint=19, nodelist="n1,n3", batch="n1", held=2, full=3)
         + line("300", "grower", grower="310", grower_for="300", size="3")
     )
-    assert sup.take_nodes()
+    assert sup.nodes.take()
     return sup
 
 
@@ -223,17 +222,16 @@ def test_a_grower_waits_for_the_handoff(tmp_path: Path) -> None:
         if marker.is_dir() and now > 1005:
             log.write_text(log.read_text() + line("300", "handoff", "grow", next="310"))
 
-    sup.clock.on_sleep = hand_over  # type: ignore[attr-defined]
+    sup.ctx.clock.on_sleep = hand_over  # type: ignore[attr-defined]
     slurm.jobs["300"] = {"JobState": "RUNNING"}
-    sup.after_grower_start()
-    assert not marker.exists() and sup.chain.continued_as("310")
+    sup.growth.wait_for_handover()
+    assert not marker.exists() and sup.ctx.chain.continued_as("310")
 
 
 def test_a_grower_no_larger_than_the_run_does_not_take_over(tmp_path: Path) -> None:
     slurm = GrowSlurm()
     sup = _grower(tmp_path, slurm, "n4,n5")
-    with pytest.raises(Stop):
-        sup.after_grower_start()
+    assert sup.growth.wait_for_handover() == 0
     assert not (tmp_path / "run" / names.grow_ready("310")).exists()
 
 
@@ -241,8 +239,7 @@ def test_a_grower_whose_run_ended_otherwise_does_not_run(tmp_path: Path) -> None
     slurm = GrowSlurm()
     sup = _grower(tmp_path, slurm, "n[4-6]")
     slurm.jobs["300"] = {"JobState": "TIMEOUT"}
-    with pytest.raises(Stop):
-        sup.after_grower_start()
+    assert sup.growth.wait_for_handover() == 0
     # It claimed the move: the run it grew can no longer make way for it.
     assert (tmp_path / "run" / ".takeover-310").is_dir()
 
@@ -250,29 +247,28 @@ def test_a_grower_whose_run_ended_otherwise_does_not_run(tmp_path: Path) -> None
 def test_a_grower_slurm_requeued_before_it_took_over_does_not_run(tmp_path: Path) -> None:
     slurm = GrowSlurm()
     sup = _grower(tmp_path, slurm, "n[4-6]")
-    sup.restart = 1
-    with pytest.raises(Stop):
-        sup.after_grower_start()
+    sup.ctx.restart = 1
+    assert sup.growth.wait_for_handover() == 0
 
 
 def test_a_grower_that_fails_before_it_took_over_does_not_end_the_chain(tmp_path: Path) -> None:
     slurm = GrowSlurm()
     sup = _grower(tmp_path, slurm, "n[4-6]")
     assert sup.crashed(RuntimeError("boom")) == 1
-    assert sup.chain.final is None
+    assert sup.ctx.chain.final is None
 
 
 def test_a_run_being_cancelled_does_not_move(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slurm, sup, child = _watched(tmp_path, monkeypatch)
-    grower = sup.grower
-    sup.signal_seen = "term"  # scancel's SIGTERM reached the supervisor
+    grower = sup.growth.grower
+    sup.state.signal = "term"  # scancel's SIGTERM reached the supervisor
     (tmp_path / "run" / names.grow_ready(grower)).mkdir()
     time.sleep(0.2)
     assert child.signals == [] and not (tmp_path / "run" / f".takeover-{grower}").exists()
-    assert sup.grower == grower and len(slurm.submitted) == 1  # no replacement either
-    sup.grow_watch.close()  # type: ignore[union-attr]
+    assert sup.growth.grower == grower and len(slurm.submitted) == 1  # no replacement either
+    sup.growth.watch.close()  # type: ignore[union-attr]
 
 
 def test_a_grower_gone_with_too_little_time_left_continues_the_chain_elsewhere(
@@ -280,10 +276,10 @@ def test_a_grower_gone_with_too_little_time_left_continues_the_chain_elsewhere(
 ) -> None:
     slurm = GrowSlurm()
     sup = _shrunk(tmp_path, slurm)
-    sup.grow_submit()
-    grower = sup.grower
+    sup.growth.submit()
+    grower = sup.growth.grower
     slurm.time_left = "2:00"
-    assert sup.hand_over_to_grower() == "handed"
+    assert sup.growth.hand_over() == "handed"
     (requeue,) = [e for e in _events(tmp_path, "requeue") if e.cause == "grow"]
     assert requeue.text("how") == "continued" and requeue.text("next") not in ("", grower)
 

@@ -297,16 +297,16 @@ def test_the_sampler_asks_for_the_fields_the_parser_reads(tmp_path: Path) -> Non
     }
     program = [sys.executable, "-m", "hpcjobs.runtime.supervisor"]
     sup = Supervisor(Policy(), "job.sh", ["true"], env=env, program=program)
-    sup.root, sup.progress_dir = "10", str(run_dir / "progress-10")
+    sup.ctx.root, sup.ctx.progress_dir = "10", str(run_dir / "progress-10")
     (run_dir / "progress-10").mkdir(parents=True)
     sample = run_dir / "gpu-10" / "n1.csv"
-    sup.start_agents()
+    sup.agents.start()
     try:
         deadline = time.monotonic() + 30
         while not sample.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
     finally:
-        sup.stop_agents()
+        sup.agents.stop()
     assert f"--query-gpu={GPU_QUERY}\n" in sample.read_text()
 
 
@@ -486,8 +486,9 @@ def test_slurm_24_11_counts_a_release_from_the_jobs_start() -> None:
 def _chain_without_progress_at_the_stop(*, known_stop: bool = False) -> Chain:
     """The recorded chain, its preemption logged with ``progress: -1`` (the supervisor saw no
     progress); ``known_stop``: and a restart inside job 12 whose loss is known (85 - 80)."""
-    text = (DATA / "chain-10.jsonl").read_text().replace("\"progress\": 76", "\"progress\": -1")
-    head, end = text.rsplit("1796131161.126388215", 1)
+    text = (DATA / "chain-10.jsonl").read_text().replace('"progress": 76', '"progress": -1')
+    last = '{"v": 1, "time": 1796131161.126388'  # the chain's end
+    head, end = text.rsplit(last, 1)
     if known_stop:
         head += line(
             "12",
@@ -500,7 +501,7 @@ def _chain_without_progress_at_the_stop(*, known_stop: bool = False) -> Chain:
             progress=85,
         )
         head += line("12", "start", at=1796131158.5, checkpoint=80)  # fmt: skip
-    return parse_chain(head + "1796131161.126388215" + end)
+    return parse_chain(head + last + end)
 
 
 def test_a_stop_without_progress_is_unknown_loss_in_the_report_not_zero() -> None:

@@ -16,7 +16,7 @@ import pytest
 from hpcjobs.config.models import MaxRequeues
 from hpcjobs.runtime.supervisor import decide as supervisor_decide
 from hpcjobs.runtime.supervisor.policy import Policy, parse
-from hpcjobs.runtime.supervisor.supervise import Stop, Supervisor
+from hpcjobs.runtime.supervisor.supervise import Supervisor
 from tests.eventlines import events_in, kinds, line
 from tests.unit.requeue_reference import Action, Budget, Cause, classify, decide
 
@@ -189,12 +189,9 @@ def _begin(sup: Supervisor) -> int | None:
     """What the start of a run decides: None when the program starts, else the job's exit
     code (the chain does not run the program in this job)."""
     try:
-        sup.begin()
-    except Stop as stop:
-        return stop.code
+        return sup.start.begin()
     finally:
-        sup.stop_agents()  # no program follows here
-    return None
+        sup.agents.stop()  # no program follows here
 
 
 def _calls(tmp_path: Path) -> str:
@@ -269,8 +266,8 @@ def _finish_case(
         ],
     )
     sup = _supervisor(env, policy)
-    sup.signal_seen = signal
-    sup.term_sent = bool(signal)  # the signal reached the program (delivered, or passed on)
+    sup.state.signal = signal
+    sup.state.term_sent = bool(signal)  # the signal reached the program (delivered, or passed on)
     code = sup.finish(case.exit_code)
     events = [
         [str(e.time), e.job_id, str(e.restart), e.event, e.cause, e.detail]
@@ -328,7 +325,7 @@ def test_begin_counts_slurm_requeue_as_node_failure(
     policy = _policy(budgets={**MaxRequeues().model_dump(), "node_failure": 1})
     sup = _supervisor(env, policy)
     assert _begin(sup) is None, capfd.readouterr().err
-    assert sup.env["HPCJOBS_RESTART_COUNT"] == "1"
+    assert sup.ctx.env["HPCJOBS_RESTART_COUNT"] == "1"
     assert kinds(run_dir / "chain-7.jsonl")[1] == ("requeue", "node_failure")
     # A second node failure exceeds the budget of 1: the job gives up at once.
     env["SLURM_RESTART_COUNT"] = "2"
@@ -484,7 +481,7 @@ def test_continuation_drops_one_shot_options_and_keeps_the_chain_token(tmp_path:
     assert "--exclusive" in args and "--hold" not in args
     assert not any(a.startswith("--begin") for a in args)
     env = _job_env(tmp_path, STUB_COMMENT="hpcjobs:0123abcd my sweep")
-    _supervisor(env, policy).continue_chain("preemption")
+    _supervisor(env, policy).continuation.continue_chain("preemption")
     (call,) = [ln for ln in _calls(tmp_path).splitlines() if ln.startswith("sbatch")]
     words = call.split(" ")
     assert "--exclusive" in words and "--comment=mine" not in words
@@ -513,9 +510,9 @@ def test_event_log_done_marker_and_job_logs_are_private(tmp_path: Path) -> None:
     sup = _supervisor(env)
     old = os.umask(0o022)
     try:
-        sup.private_logs()
-        sup.event("start", "-", "x")
-        sup.mark_done()
+        sup.start.private_logs()
+        sup.ctx.event("start", "-", "x")
+        sup.continuation.mark_done()
     finally:
         os.umask(old)
     assert out.stat().st_mode & 0o777 == 0o600 and err.stat().st_mode & 0o777 == 0o600

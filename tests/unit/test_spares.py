@@ -14,9 +14,10 @@ import pytest
 from hpcjobs.config.loader import load_site
 from hpcjobs.errors import BadInputError
 from hpcjobs.runtime.supervisor import decide
+from hpcjobs.runtime.supervisor.nodes import STEPS_END_S, resize_settings
 from hpcjobs.runtime.supervisor.policy import Policy, dump, parse
 from hpcjobs.runtime.supervisor.slurm import Result, Slurm
-from hpcjobs.runtime.supervisor.supervise import STEPS_END_S, Supervisor, _resize_settings
+from hpcjobs.runtime.supervisor.supervise import Supervisor
 from hpcjobs.script.jobspec import JobSpec
 from hpcjobs.script.render import render_job
 from tests.eventlines import events_in, line
@@ -59,14 +60,14 @@ def test_resize_settings_are_read_from_slurms_script(tmp_path: Path) -> None:
         'export SLURM_NNODES=2\nexport SLURM_JOB_CPUS_PER_NODE="4(x2)"\n'
         "unset SLURM_TASKS_PER_NODE\nexport PATH=/evil\n"
     )
-    assert _resize_settings(str(script)) == {
+    assert resize_settings(str(script)) == {
         "SLURM_NODELIST": "n[1,3]",
         "SLURM_JOB_NODELIST": "n[1,3]",
         "SLURM_NNODES": "2",
         "SLURM_JOB_CPUS_PER_NODE": "4(x2)",
         "SLURM_TASKS_PER_NODE": None,
     }
-    assert _resize_settings(str(tmp_path / "none")) == {}
+    assert resize_settings(str(tmp_path / "none")) == {}
 
 
 # ---- the supervisor ---------------------------------------------------------------------------
@@ -127,22 +128,26 @@ def _supervisor(tmp_path: Path, slurm: JobSlurm, spare: int = 1) -> Supervisor:
         clock=clock,
         sleep=clock.sleep,
     )
-    sup.root = "300"
+    sup.ctx.root = "300"
     return sup
 
 
 def test_a_failed_node_is_replaced_by_the_spare(tmp_path: Path) -> None:
     slurm = JobSlurm()
     sup = _supervisor(tmp_path, slurm)
-    assert sup.take_nodes()
-    assert (sup.allocation, sup.step, slurm.shrunk) == (["n1", "n2", "n3"], ["n1", "n2"], [])
+    assert sup.nodes.take()
+    assert (sup.ctx.allocation, sup.ctx.run_nodes, slurm.shrunk) == (
+        ["n1", "n2", "n3"],
+        ["n1", "n2"],
+        [],
+    )
     # n2 fails: Slurm took it out of the job (--no-kill), and shows it down.
     slurm.jobs["300"]["NodeList"] = "n1,n3"
     slurm.nodes["n2"] = "down*"
-    assert sup.stays_in_job("node_failure", ["n2"])
-    assert (sup.allocation, sup.step, slurm.shrunk) == (["n1", "n3"], ["n1", "n3"], [])
+    assert sup.nodes.stays_in_job("node_failure", ["n2"])
+    assert (sup.ctx.allocation, sup.ctx.run_nodes, slurm.shrunk) == (["n1", "n3"], ["n1", "n3"], [])
     # The job's settings follow its nodes: the agents start on the two left.
-    assert (sup.env["SLURM_JOB_NODELIST"], sup.env["SLURM_JOB_NUM_NODES"]) == ("n1,n3", "2")
+    assert (sup.ctx.env["SLURM_JOB_NODELIST"], sup.ctx.env["SLURM_JOB_NUM_NODES"]) == ("n1,n3", "2")
     (requeue,) = [
         e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == "requeue"
     ]
@@ -160,12 +165,14 @@ def test_a_suspect_still_in_the_job_is_released_from_it(tmp_path: Path) -> None:
     (tmp_path / "run" / "chain-300.jsonl").open("a").write(
         line("300", "exclude", cause="stall", nodes=["n2"], released=[], limit=8)
     )
-    assert sup.stays_in_job("stall", [])
+    assert sup.nodes.stays_in_job("stall", [])
     assert slurm.shrunk == [["n1", "n3"]]
-    assert sup.step == ["n1", "n3"]
+    assert sup.ctx.run_nodes == ["n1", "n3"]
     # The job's settings follow Slurm's resize script.
-    assert sup.env["SLURM_JOB_NODELIST"] == "n1,n3" and sup.env["SLURM_JOB_NUM_NODES"] == "2"
-    assert "SLURM_TASKS_PER_NODE" not in sup.env
+    assert (
+        sup.ctx.env["SLURM_JOB_NODELIST"] == "n1,n3" and sup.ctx.env["SLURM_JOB_NUM_NODES"] == "2"
+    )
+    assert "SLURM_TASKS_PER_NODE" not in sup.ctx.env
 
 
 @pytest.mark.parametrize("ends_after", [3.0, None], ids=["ends", "never-ends"])
@@ -176,7 +183,7 @@ def test_nodes_leave_the_job_only_once_its_steps_have_ended(
     run's step waited for its nodes until the job ended."""
     slurm = JobSlurm()
     sup = _supervisor(tmp_path, slurm)
-    clock: FakeClock = sup.clock  # type: ignore[assignment]
+    clock: FakeClock = sup.ctx.clock  # type: ignore[assignment]
     slurm.steps = ["300.batch", "300.extern", "300.4"]
     started = clock.now
 
@@ -189,7 +196,7 @@ def test_nodes_leave_the_job_only_once_its_steps_have_ended(
     (tmp_path / "run" / "chain-300.jsonl").open("a").write(
         line("300", "exclude", cause="stall", nodes=["n2"], released=[], limit=8)
     )
-    assert sup.stays_in_job("stall", [])
+    assert sup.nodes.stays_in_job("stall", [])
     assert slurm.shrunk == [["n1", "n3"]]
     err = capfd.readouterr().err
     assert "waiting for step(s) 300.4 to end before nodes leave" in err
@@ -208,10 +215,10 @@ def test_slurms_sigterm_ends_the_wait_for_the_steps(tmp_path: Path) -> None:
     slurm = JobSlurm()
     sup = _supervisor(tmp_path, slurm)
     slurm.steps = ["300.4"]
-    sup.term_at = 1.0
-    started = sup.clock()
-    sup.steps_ended()
-    assert sup.clock() == started
+    sup.state.term_at = 1.0
+    started = sup.ctx.clock()
+    sup.nodes.steps_ended()
+    assert sup.ctx.clock() == started
 
 
 @pytest.mark.parametrize(
@@ -228,11 +235,11 @@ def test_otherwise_the_chain_continues_in_another_job(tmp_path: Path, why: str) 
     if why == "not running":
         slurm.jobs["300"]["JobState"] = "COMPLETING"
     if why == "signal":
-        sup.signal_seen = "warning"
+        sup.state.signal = "warning"
     if why == "time limit near":
         slurm.time_left = "6:59"  # the warning (300 s before the end, at most 120 s late) is near
-    assert not sup.stays_in_job(cause, ["n2"])
-    assert sup.step == [] and slurm.shrunk == []
+    assert not sup.nodes.stays_in_job(cause, ["n2"])
+    assert sup.ctx.run_nodes == [] and slurm.shrunk == []
     assert [
         e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == "requeue"
     ] == []
@@ -249,11 +256,11 @@ def test_a_run_in_the_job_takes_its_nodes_and_not_the_jobs_task_count(
 
     monkeypatch.setattr(subprocess, "Popen", Popen)
     sup = _supervisor(tmp_path, JobSlurm())
-    assert sup.take_nodes()
-    sup.launch()
+    assert sup.nodes.take()
+    sup.program.launch()
     ((argv, env),) = started
     assert argv == ["srun", "--nodelist=n1,n2", "--nodes=2", "prog"]
-    assert "SLURM_NTASKS" not in env and sup.env["SLURM_NTASKS"] == "3"
+    assert "SLURM_NTASKS" not in env and sup.ctx.env["SLURM_NTASKS"] == "3"
 
 
 # ---- submission -------------------------------------------------------------------------------
@@ -309,8 +316,8 @@ def test_the_standby_of_a_job_whose_deputy_saw_the_batch_host_go_takes_over(
         )
     )
     sup = standby_supervisor(tmp_path, slurm, FakeClock(), HPCJOBS_STANDBY_FOR="300")
-    sup.after_standby_release()
-    chain = sup.chain
+    sup.standby.take_over()
+    chain = sup.ctx.chain
     assert chain.batch_host_lost("300") == "n1" and chain.batch_host_lost("301") == ""
     assert [e.event for e in chain.events] == ["start", "standby", "fault", "exclude", "requeue"]
     requeue = chain.events[-1]
@@ -330,10 +337,10 @@ def test_exclusions_leave_room_for_the_nodes_and_spares_every_later_job_asks_for
     slurm = JobSlurm()
     slurm.partition_nodes = lambda partition: 4  # type: ignore[method-assign]
     sup = _supervisor(tmp_path, slurm)
-    sup.env["SLURM_JOB_NUM_NODES"] = "2"
-    sup.exclude("stall", ["n2"])
-    sup.exclude("stall", ["n3"])
-    assert sup.chain.excluded() == ["n3"]
+    sup.ctx.env["SLURM_JOB_NUM_NODES"] = "2"
+    sup.nodes.exclude("stall", ["n2"])
+    sup.nodes.exclude("stall", ["n3"])
+    assert sup.ctx.chain.excluded() == ["n3"]
 
 
 # ---- the pre-flight health check --------------------------------------------------------------
@@ -385,7 +392,7 @@ class CheckedSlurm(JobSlurm):
 def _checked(tmp_path: Path, answers: dict[str, str]) -> tuple[Supervisor, CheckedSlurm]:
     slurm = CheckedSlurm(answers)
     sup = _supervisor(tmp_path, slurm)
-    sup.policy = Policy(nodes=2, spare_nodes=1, health_check="nvidia-smi -q", health_timeout=45)
+    sup.ctx.policy = Policy(nodes=2, spare_nodes=1, health_check="nvidia-smi -q", health_timeout=45)
     return sup, slurm
 
 
@@ -393,46 +400,46 @@ def test_a_node_that_fails_the_preflight_check_leaves_the_job_and_the_spare_runs
     tmp_path: Path,
 ) -> None:
     sup, slurm = _checked(tmp_path, {"n1": "0 ", "n2": "1 GPU 1 fell off the bus", "n3": "0 "})
-    assert sup.take_nodes(sup.preflight())
-    assert (sup.step, slurm.shrunk) == (["n1", "n3"], [["n1", "n3"]])
+    assert sup.nodes.take(sup.health.preflight())
+    assert (sup.ctx.run_nodes, slurm.shrunk) == (["n1", "n3"], [["n1", "n3"]])
     # One srun, one task per node; the site's check is an argument, never part of a script.
     assert slurm.argv[:6] == [
         "srun", "--overlap", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1",
         "--nodelist=n1,n2,n3",
     ]  # fmt: skip
     assert slurm.argv[-3:] == ["hpcjobs-preflight", "nvidia-smi -q", "45"]
-    kinds = [(e.event, e.cause) for e in sup.chain.events]
+    kinds = [(e.event, e.cause) for e in sup.ctx.chain.events]
     assert kinds == [
         ("start", "-"), ("health", "fail"), ("preflight", "fail"), ("exclude", "infrastructure"),
     ]  # fmt: skip
-    health, preflight = sup.chain.events[1:3]
+    health, preflight = sup.ctx.chain.events[1:3]
     assert (health.text("node"), health.number("exit")) == ("n2", 1)
     assert health.text("output") == "GPU 1 fell off the bus"
     assert (preflight.number("checked"), preflight.names("failed")) == (3, ["n2"])
-    assert sup.chain.excluded() == ["n2"]
+    assert sup.ctx.chain.excluded() == ["n2"]
 
 
 def test_a_passing_preflight_check_changes_nothing(tmp_path: Path) -> None:
     sup, slurm = _checked(tmp_path, {"n1": "0 ", "n2": "0 ", "n3": "0 "})
-    assert sup.take_nodes(sup.preflight())
-    assert (sup.step, slurm.shrunk) == (["n1", "n2"], [])
-    (preflight,) = [e for e in sup.chain.events if e.event == "preflight"]
+    assert sup.nodes.take(sup.health.preflight())
+    assert (sup.ctx.run_nodes, slurm.shrunk) == (["n1", "n2"], [])
+    (preflight,) = [e for e in sup.ctx.chain.events if e.event == "preflight"]
     assert (preflight.cause, preflight.names("failed")) == ("pass", [])
     assert preflight.detail.startswith("health check passed on all 3 nodes in ")
 
 
 def test_a_preflight_check_that_cannot_run_blames_no_node(tmp_path: Path) -> None:
     sup, slurm = _checked(tmp_path, {})
-    assert sup.preflight() == []
-    (preflight,) = [e for e in sup.chain.events if e.event == "preflight"]
+    assert sup.health.preflight() == []
+    (preflight,) = [e for e in sup.ctx.chain.events if e.event == "preflight"]
     assert preflight.cause == "skip" and "Unable to create step" in preflight.detail
-    assert sup.chain.excluded() == [] and slurm.shrunk == []
+    assert sup.ctx.chain.excluded() == [] and slurm.shrunk == []
 
 
 def test_no_health_check_no_preflight(tmp_path: Path) -> None:
     slurm = CheckedSlurm({"n2": "1 x"})
     sup = _supervisor(tmp_path, slurm)
-    assert sup.preflight() == [] and slurm.argv == []
+    assert sup.health.preflight() == [] and slurm.argv == []
 
 
 def test_a_failed_batch_host_the_chain_cannot_exclude_is_said(
@@ -441,10 +448,10 @@ def test_a_failed_batch_host_the_chain_cannot_exclude_is_said(
     """The partition has no room to exclude it (3 nodes, the job needs 3): the run starts."""
     sup, slurm = _checked(tmp_path, {"n1": "1 bad", "n2": "0 ", "n3": "0 "})
     slurm.partition_nodes = lambda partition: 3  # type: ignore[method-assign]
-    failed = sup.preflight()
-    assert failed == ["n1"] and not sup.take_nodes(failed)
-    sup.too_few_healthy(failed)
-    assert sup.chain.excluded() == []
+    failed = sup.health.preflight()
+    assert failed == ["n1"] and not sup.nodes.take(failed)
+    sup.health.too_few_healthy(failed)
+    assert sup.ctx.chain.excluded() == []
     assert "cannot run without n1, and the chain cannot exclude them" in capfd.readouterr().err
 
 

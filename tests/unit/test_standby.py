@@ -17,8 +17,10 @@ import pytest
 from hpcjobs.jobs.chain import Chain
 from hpcjobs.runtime.supervisor.eventlog import Event
 from hpcjobs.runtime.supervisor.policy import Policy
+from hpcjobs.runtime.supervisor.program import TERM_WAIT_S
 from hpcjobs.runtime.supervisor.slurm import Result
-from hpcjobs.runtime.supervisor.supervise import TERM_WAIT_S, Stop, Supervisor
+from hpcjobs.runtime.supervisor.state import RUN
+from hpcjobs.runtime.supervisor.supervise import Supervisor
 from tests.eventlines import events_in, kinds, line
 from tests.unit.test_windup import launcher_ignoring
 
@@ -115,7 +117,7 @@ def _supervisor(
         clock=clock,
         sleep=clock.sleep,
     )
-    sup.root = "300"
+    sup.ctx.root = "300"
     return sup
 
 
@@ -151,7 +153,7 @@ def test_the_standby_waits_for_the_final_state_then_takes_over(tmp_path: Path) -
 
     clock.on_sleep = later
     sup = _standby_of_300(tmp_path, slurm, clock)
-    sup.after_standby_release()
+    sup.standby.take_over()
     assert clock.slept == pytest.approx(3.0)
     fault, exclude, requeue = _log(tmp_path)[2:]
     assert (fault.event, fault.cause, fault.text("node"), fault.stopped_job) == (
@@ -175,7 +177,7 @@ def test_without_a_final_state_the_standby_takes_over_after_the_whole_wait(tmp_p
     slurm, clock = FakeSlurm(), FakeClock()
     slurm.jobs["300"] = {"JobState": "COMPLETING", "NodeList": "n[1-2]", "BatchHost": "n1"}
     sup = _standby_of_300(tmp_path, slurm, clock)
-    sup.after_standby_release()
+    sup.standby.take_over()
     assert clock.slept == pytest.approx(60.0)  # HPCJOBS_FINAL_STATE_WAIT's default
     requeue = _log(tmp_path)[-1]
     assert (requeue.cause, requeue.detail) == (
@@ -191,9 +193,7 @@ def test_the_standby_of_a_cancelled_run_ends_the_chain(tmp_path: Path, state: st
     slurm.jobs["300"] = {"JobState": state, "NodeList": "n[1-2]", "BatchHost": "n1"}
     slurm.accounting["300"] = "CANCELLED"
     sup = _standby_of_300(tmp_path, slurm, clock)
-    with pytest.raises(Stop) as stop:
-        sup.after_standby_release()
-    assert stop.value.code == 0
+    assert sup.standby.take_over() == 0
     final = Chain(_log(tmp_path)).final
     assert final is not None
     assert (final.cause, final.detail) == ("fail", "cancelled: job 300 was cancelled")
@@ -212,7 +212,7 @@ def test_the_standby_waits_while_its_run_logs_how_it_ended(tmp_path: Path) -> No
                 handle.write(line("300", "requeue", "timeout", how="continued", next="301"))
 
     clock.on_sleep = run_logs
-    sup.after_standby_release()
+    sup.standby.take_over()
     assert clock.slept == pytest.approx(2.0)
     assert [e.event for e in _log(tmp_path)] == ["start", "standby", "requeue"]
     assert slurm.calls == []
@@ -227,8 +227,8 @@ def test_a_run_that_ended_retargets_its_standby(tmp_path: Path) -> None:
         line("300", "exclude", "stall", nodes=["n2"], released=[], limit=4)
     )
     sup = _supervisor(tmp_path, slurm, clock, job="300")
-    sup.standby = "301"
-    sup.continue_chain("stall")
+    sup.standby.job = "301"
+    sup.continuation.continue_chain("stall")
     assert slurm.calls == [
         "update 301 ExcNodeList=n2",
         "update 301 Dependency=afterany:300",
@@ -249,8 +249,7 @@ def test_a_run_on_an_excluded_node_hands_over_at_once(tmp_path: Path) -> None:
         line("300", "exclude", "stall", nodes=["n2"], released=[], limit=4)
     )
     sup = _supervisor(tmp_path, slurm, clock, SLURM_JOB_NODELIST="n[2-3]")
-    with pytest.raises(Stop):
-        sup.handoff_if_excluded()
+    assert sup.nodes.handoff_if_excluded()
     handoff = _log(tmp_path)[-1]
     assert (handoff.event, handoff.text("next"), handoff.names("nodes")) == (
         "handoff",
@@ -281,7 +280,7 @@ def test_the_decision_does_not_wait_for_slurm_to_reach_the_agents(tmp_path: Path
     sup = _supervisor(tmp_path, slurm, clock, job="300")
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "DONE").touch()
-    sup.agents, sup.agents_step = agent, True
+    sup.agents.process, sup.agents.in_step = agent, True
     finished = threading.Thread(target=sup.finish, args=(0,))
     try:
         finished.start()
@@ -307,30 +306,31 @@ def test_the_decision_does_not_wait_for_a_launcher_still_ending_after_sigterm(
     """Slurm kills the job KillWait after its SIGTERM; a step of many nodes can take longer to
     end. The supervisor stops waiting TERM_WAIT_S after the SIGTERM, so its decision is logged."""
     sup = _supervisor(tmp_path, FakeSlurm(), FakeClock())
-    sup.child = launcher_ignoring(tmp_path, "TERM")
+    sup.program.child = launcher_ignoring(tmp_path, "TERM")
     try:
-        sup.term_at = time.monotonic() - TERM_WAIT_S + 0.5
+        sup.state.term_at = time.monotonic() - TERM_WAIT_S + 0.5
         started = time.monotonic()
-        assert sup.wait() == 143
-        assert time.monotonic() - started < 2.5 and sup.child.poll() is None
+        assert sup.program.wait() == 143
+        assert time.monotonic() - started < 2.5 and sup.program.child.poll() is None
         # Without a SIGTERM, the wait is the launcher's.
-        sup.term_at = 0.0
-        sup.child.kill()
-        assert sup.wait() == 137
+        sup.state.term_at = 0.0
+        sup.program.child.kill()
+        assert sup.program.wait() == 137
     finally:
-        sup.child.kill()
+        sup.program.child.kill()
 
 
 def test_a_site_that_warns_with_sigterm_keeps_its_whole_lead(tmp_path: Path) -> None:
     """Where the warning signal is TERM, a SIGTERM is the warning: the program gets its lead
     time to checkpoint, and the supervisor waits for it."""
     sup = _supervisor(tmp_path, FakeSlurm(), FakeClock())
-    sup.policy = Policy(signal="TERM")
-    sup._on_signal(signal.SIGTERM, None)
-    assert sup.term_at == 0.0 and sup.signal_seen == "warning"
+    sup.ctx.policy = Policy(signal="TERM")
+    sup.state.warning = "TERM"
+    sup.on_signal(signal.SIGTERM, None)
+    assert sup.state.term_at == 0.0 and sup.state.signal == "warning"
     plain = _supervisor(tmp_path, FakeSlurm(), FakeClock())
-    plain._on_signal(signal.SIGTERM, None)
-    assert plain.term_at > 0 and plain.signal_seen == "term"
+    plain.on_signal(signal.SIGTERM, None)
+    assert plain.state.term_at > 0 and plain.state.signal == "term"
 
 
 class _StderrInUse:
@@ -360,29 +360,29 @@ def test_a_signal_in_the_middle_of_a_log_line_does_not_end_supervision(
 ) -> None:
     """A cancel's SIGTERM that came while the supervisor was writing a line to standard error
     made the handler's own line fail ("reentrant call"), and the supervisor logged its own
-    error instead of the cancel. The handler writes past Python's buffer: it is logged and
-    forwarded."""
+    error instead of the cancel. The handler only records the signal; the main thread logs it
+    and forwards it."""
     sup = _supervisor(tmp_path, FakeSlurm(), FakeClock())
-    sup.child = subprocess.Popen(["sleep", "30"])
-    sup.waiting = True
+    sup.program.child = subprocess.Popen(["sleep", "30"])
+    sup.state.phase = RUN
     try:
-        monkeypatch.setattr(
-            "sys.stderr", _StderrInUse(lambda: sup._on_signal(signal.SIGTERM, None))
-        )
-        sup.log("standby job 301 for job 300")  # the main thread's line
+        monkeypatch.setattr("sys.stderr", _StderrInUse(lambda: sup.on_signal(signal.SIGTERM, None)))
+        sup.ctx.log("standby job 301 for job 300")  # the main thread's line
         sys.stderr.write("a line of the main thread\n")
-        assert sup.child.wait(timeout=10) == -signal.SIGTERM
+        monkeypatch.undo()
+        sup.program.act_on_signals()
+        assert sup.program.child.wait(timeout=10) == -signal.SIGTERM
     finally:
-        sup.child.kill()
+        sup.program.child.kill()
     assert "SIGTERM received, forwarding it to the launcher" in capfd.readouterr().err
-    assert [e.detail for e in sup.chain.events if e.event == "signal"] == ["SIGTERM"]
+    assert [e.detail for e in sup.ctx.chain.events if e.event == "signal"] == ["SIGTERM"]
 
 
 def test_the_job_ends_only_with_its_launcher(tmp_path: Path) -> None:
     """After an early decision the supervisor still waits for the launcher: the job (and the
     dependency of its successor) ends with it."""
     sup = _supervisor(tmp_path, FakeSlurm(), FakeClock())
-    sup.child = subprocess.Popen(["sleep", "1"])
+    sup.program.child = subprocess.Popen(["sleep", "1"])
     started = time.monotonic()
-    sup.launcher_ended()
-    assert sup.child.poll() == 0 and time.monotonic() - started >= 0.5
+    sup.program.launcher_ended()
+    assert sup.program.child.poll() == 0 and time.monotonic() - started >= 0.5

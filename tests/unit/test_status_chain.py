@@ -88,7 +88,7 @@ def _continued(tmp_path: Path) -> Path:
             progress=47,
             how="continued",
             next="42",
-        ),  # fmt: skip
+        ),
     )
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from hpcjobs.runtime.supervisor.nodes import NODE_FAILED
 from hpcjobs.runtime.supervisor.srunlog import (
     failed_hostlists,
     first_failure,
     has_node_failure,
 )
 from hpcjobs.runtime.supervisor.successor import successor_args, successor_env
-from hpcjobs.runtime.supervisor.supervise import NODE_FAILED
 
 STDERR = """hpcjobs: run 0 of job 7
 10:00:00 hpcjobs[7]: run 0 of chain 7; no checkpoint yet

@@ -13,6 +13,7 @@ from hpcjobs.runtime.checkpoint import CheckpointDir
 from hpcjobs.runtime.supervisor.windup import (
     AFTER_SAVE_S,
     NO_CHECKPOINT,
+    StepControl,
     end_step,
     newest_checkpoint,
 )
@@ -86,7 +87,8 @@ def test_a_checkpoint_saved_after_the_warning_ends_the_grace(tmp_path: Path) -> 
     started = time.monotonic()
     try:
         logged: list[str] = []
-        assert end_step(child, "USR2", 30, threading.Event(), kill, str(folder), logged.append)
+        step = StepControl(child, "USR2", 30, logged.append, kill)
+        assert end_step(step, threading.Event(), str(folder))
         assert logged == [
             f"checkpoint step 2 saved after the warning; ending the step in {AFTER_SAVE_S:g} s"
         ]
@@ -101,7 +103,8 @@ def test_without_a_new_checkpoint_the_whole_grace_runs(tmp_path: Path) -> None:
     folder, _ckpt, child, killed, kill = _step_with_a_checkpoint(tmp_path)
     started = time.monotonic()
     try:
-        assert not end_step(child, "USR2", 2, threading.Event(), kill, str(folder))
+        step = StepControl(child, "USR2", 2, lambda _: None, kill)
+        assert not end_step(step, threading.Event(), str(folder))
         assert killed and killed[0] - started >= 2
     finally:
         child.kill()
@@ -116,7 +119,8 @@ def test_a_late_save_of_an_older_step_does_not_end_the_grace(tmp_path: Path) -> 
     saver = _save_later(ckpt, 5, 0.5)
     started = time.monotonic()
     try:
-        assert not end_step(child, "USR2", 2.5, threading.Event(), kill, str(folder))
+        step = StepControl(child, "USR2", 2.5, lambda _: None, kill)
+        assert not end_step(step, threading.Event(), str(folder))
         assert killed and killed[0] - started >= 2.5
     finally:
         saver.join()

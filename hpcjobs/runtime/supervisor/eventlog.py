@@ -347,3 +347,39 @@ class EventLog:
                 return Chain(parse(handle.read().decode("utf-8", "replace")))
         except OSError:
             return Chain()
+
+
+class ChainView:
+    """One chain's events, read once and kept current: each look stats the log and parses only
+    the whole lines appended since (by this run, its standby, its agents or ``hpcjobs
+    cancel``); a log replaced or cut short is read again from its start."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._chain = Chain()
+        self._offset = 0
+        self._inode = 0
+
+    def current(self) -> Chain:
+        """The chain as the log has it now (no events when there is no log)."""
+        try:
+            status = os.stat(self.path)
+        except OSError:
+            self._reset(0)
+            return self._chain
+        if status.st_ino != self._inode or status.st_size < self._offset:
+            self._reset(status.st_ino)
+        if status.st_size > self._offset:
+            try:
+                with open(self.path, "rb") as handle:
+                    handle.seek(self._offset)
+                    data = handle.read(status.st_size - self._offset)
+            except OSError:
+                return self._chain
+            whole = data[: data.rfind(b"\n") + 1]  # a line still being written waits
+            self._offset += len(whole)
+            self._chain.events.extend(parse(whole.decode("utf-8", "replace")))
+        return self._chain
+
+    def _reset(self, inode: int) -> None:
+        self._chain, self._offset, self._inode = Chain(), 0, inode

@@ -15,11 +15,11 @@ thread, while the run goes on.
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from collections.abc import Callable
+from typing import NamedTuple
 
-from .windup import end_step
+from .windup import StepControl, end_step
 
 #: How often a run below its full size looks for its grower's marker.
 POLL_S = 5.0
@@ -30,41 +30,31 @@ CHECK_EVERY = 12
 WAITING = ("PENDING", "CONFIGURING", "RUNNING")
 
 
+class GrowerLink(NamedTuple):
+    """What the watch asks of the run about its grower: whether the grower is ready (its
+    marker), the run's claim on the move (false when the grower gave up first, or the run is
+    being ended), the grower's state in Slurm, and what to do when the run makes way (``warn``)
+    or the grower is gone (``replace``, from a thread of its own)."""
+
+    ready: Callable[[], bool]
+    claim: Callable[[], bool]
+    state: Callable[[], str]
+    warn: Callable[[], None]
+    replace: Callable[[], None]
+
+
 class GrowWatch:
-    """Watches the grower of one run (``child``). Once the grower is ready and this run
-    claims the move (``claim``: false when the grower gave up first), the run is warned
-    (``warn``), signalled to checkpoint and exit, and its steps are killed ``grace`` seconds
-    later. A grower that left the queue without taking over is replaced (``replace``)."""
+    """Watches the grower of one run (``step``). Once the grower is ready and this run claims
+    the move, the run is warned, signalled to checkpoint and exit, and its steps are killed
+    ``step.grace`` seconds later. A grower that left the queue without taking over is
+    replaced."""
 
     def __init__(
-        self,
-        grower: str,
-        ready: Callable[[], bool],
-        claim: Callable[[], bool],
-        state: Callable[[], str],
-        warn: Callable[[], None],
-        replace: Callable[[], None],
-        grace: int,
-        warning: str,
-        child: subprocess.Popen[bytes],
-        log: Callable[[str], None],
-        kill_steps: Callable[[], None],
-        every: float | None = None,
-        send: Callable[[], None] | None = None,
+        self, step: StepControl, grower: str, link: GrowerLink, every: float | None = None
     ) -> None:
+        self.step = step
         self.grower = grower
-        self.ready = ready
-        self.claim = claim
-        self.state = state
-        self.warn = warn
-        self.replace = replace
-        self.grace = grace
-        #: How the warning goes out (:func:`.windup.end_step`'s ``send``).
-        self.send = send
-        self.warning = warning
-        self.child = child
-        self.log = log
-        self.kill_steps = kill_steps
+        self.link = link
         self.every = POLL_S if every is None else every
         #: Set once this run claimed the move and was told to make way for the grower.
         self.started = threading.Event()
@@ -82,20 +72,20 @@ class GrowWatch:
     def _run(self) -> None:
         looks = unknown = 0
         while not self._stop.wait(self.every):
-            if self.child.poll() is not None:
+            if self.step.child.poll() is not None:
                 return
-            if self.ready():
-                if not self.claim():  # the grower gave up first, or the run is being ended
+            if self.link.ready():
+                if not self.link.claim():  # the grower gave up first, or the run is being ended
                     self._replace()
                     return
-                self.warn()
+                self.link.warn()
                 self.started.set()
                 self._make_way()
                 return
             looks += 1
             if looks % CHECK_EVERY:
                 continue
-            state = self.state()
+            state = self.link.state()
             unknown = 0 if state else unknown + 1
             # Gone: an end state, or not in the queue twice in a row (once may be a failed ask).
             if (state and state not in WAITING) or unknown >= 2:
@@ -105,12 +95,11 @@ class GrowWatch:
     def _replace(self) -> None:
         """Replace the grower from a thread of its own: the watch ends at once (the run's end
         never waits for an sbatch)."""
-        threading.Thread(target=self.replace, name="grow-replace", daemon=True).start()
+        threading.Thread(target=self.link.replace, name="grow-replace", daemon=True).start()
 
     def _make_way(self) -> None:
-        warning = "SIG" + self.warning
-        self.log(
-            f"job {self.grower} holds the nodes for a larger run; sending {warning} so that "
-            f"this run checkpoints and hands over (its steps end in {self.grace} s)"
+        self.step.log(
+            f"job {self.grower} holds the nodes for a larger run; sending SIG{self.step.warning} "
+            f"so that this run checkpoints and hands over (its steps end in {self.step.grace} s)"
         )
-        end_step(self.child, self.warning, self.grace, self._stop, self.kill_steps, send=self.send)
+        end_step(self.step, self._stop)

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -29,6 +30,14 @@ def field(info: str, key: str) -> str:
     ReqNodeList) does not count."""
     found = re.findall(rf"(?:^|\s){re.escape(key)}=(\S*)", info)
     return found[-1] if found else ""
+
+
+def epoch(text: str) -> float | None:
+    """Slurm's local ``YYYY-MM-DDTHH:MM:SS`` as epoch seconds (None for Unknown, None, "")."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 def line_value(info: str, key: str) -> str:

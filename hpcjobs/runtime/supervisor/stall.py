@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import glob
 import os
-import subprocess
 import threading
 import time
-from collections.abc import Callable
 
 from .agent import read_summary
 from .decide import Stall, find_stall, judged_rank
-from .windup import EARLIER, end_step
+from .windup import EARLIER, StepControl, end_step
 
 #: A summary this many agent cycles old (plus a margin) no longer counts: its node's ranks are
 #: not judged until their agent writes again.
@@ -26,35 +24,25 @@ STALE_CYCLES = 3
 
 
 class StallWatch:
-    """Watches one run's step (``child``) from a thread."""
+    """Watches one run's step (``step``) from a thread: the agents' summaries of job ``job`` in
+    ``folder``, every ``every`` seconds; a rank at one step for ``timeout`` seconds ends it."""
 
     def __init__(
         self,
+        step: StepControl,
         folder: str,
         job: str,
         timeout: int,
         every: float,
-        grace: int,
-        warning: str,
-        child: subprocess.Popen[bytes],
-        log: Callable[[str], None],
-        kill_steps: Callable[[], None],
         checkpoints: str = "",
-        send: Callable[[], None] | None = None,
     ) -> None:
+        self.step = step
         self.folder = folder
         self.job = job
         self.timeout = timeout
         self.every = every
-        self.grace = grace
-        self.warning = warning
-        self.child = child
-        self.log = log
-        self.kill_steps = kill_steps
         #: The checkpoint folder: a checkpoint saved there after the warning ends the grace.
         self.checkpoints = checkpoints
-        #: How the warning goes out (:func:`.windup.end_step`'s ``send``).
-        self.send = send
         #: What the watch found: (the suspect node, "" when nobody is blamed; the stall).
         self.found: tuple[str, Stall] | None = None
         self._stop = threading.Event()
@@ -74,7 +62,7 @@ class StallWatch:
         node_of: dict[int, str] = {}
         wait = self.every
         while not self._stop.wait(wait):
-            if self.child.poll() is not None:
+            if self.step.child.poll() is not None:
                 return
             now, wall = time.monotonic(), time.time()
             fresh: set[int] = set()
@@ -115,26 +103,17 @@ class StallWatch:
         return min(self.every, due) if due > 0 else self.every
 
     def _end(self, found: Stall, node: str) -> None:
-        warning = "SIG" + self.warning
+        warning, grace, log = "SIG" + self.step.warning, self.step.grace, self.step.log
         if found.tied:
-            self.log(
+            log(
                 f"stall: rank {found.rank} and {found.tied} other rank(s) have been at step "
                 f"{found.step} for {found.idle} s (tied: no node is blamed); sending {warning}, "
-                f"ending the step in {self.grace} s{EARLIER}"
+                f"ending the step in {grace} s{EARLIER}"
             )
         else:
             where = f" (node {node})" if node else ""
-            self.log(
+            log(
                 f"stall: rank {found.rank} has been at step {found.step} for {found.idle} s"
-                f"{where}; sending {warning}, ending the step in {self.grace} s{EARLIER}"
+                f"{where}; sending {warning}, ending the step in {grace} s{EARLIER}"
             )
-        end_step(
-            self.child,
-            self.warning,
-            self.grace,
-            self._stop,
-            self.kill_steps,
-            self.checkpoints,
-            self.log,
-            self.send,
-        )
+        end_step(self.step, self._stop, self.checkpoints)

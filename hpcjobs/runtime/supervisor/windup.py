@@ -76,33 +76,37 @@ def progress_step(folder: str) -> int:
     return int(value) if value.isdecimal() else -1
 
 
-def end_step(
-    child: subprocess.Popen[bytes],
-    warning: str,
-    grace: float,
-    stop: threading.Event,
-    kill_steps: Callable[[], None],
-    checkpoints: str = "",
-    log: Callable[[str], None] | None = None,
-    send: Callable[[], None] | None = None,
-) -> bool:
-    """Send ``child`` (the launcher) SIG``warning``; once ``grace`` seconds have passed with the
-    step still there, kill the job's steps (``kill_steps``) and, 3 s later, the launcher. A
-    checkpoint completed in ``checkpoints`` (the folder) after the warning, at or past the
-    program's progress then (not a save of an older step finishing late), shortens the grace to
-    :data:`AFTER_SAVE_S` from then (said through ``log``). The waits end early once the step is
-    gone or ``stop`` is set (the decision waits for them). ``send``, where given, sends the
-    warning instead (the supervisor's, to the processes that listen for it). Whether the grace
-    ended early on a
-    checkpoint."""
+class StepControl(NamedTuple):
+    """What a watch needs to end a run's step: the launcher (``child``), the warning signal's
+    name (without ``SIG``), the seconds the program gets after the warning (``grace``), the job's
+    log, how the job's steps are killed, and how the warning goes out (``send``: the
+    supervisor's delivery to the processes that listen for it; None: to the launcher)."""
+
+    child: subprocess.Popen[bytes]
+    warning: str
+    grace: float
+    log: Callable[[str], None]
+    kill_steps: Callable[[], None]
+    send: Callable[[], None] | None = None
+
+
+def end_step(step: StepControl, stop: threading.Event, checkpoints: str = "") -> bool:
+    """Send the warning (``step.send``, else SIG``step.warning`` to the launcher); once
+    ``step.grace`` seconds have passed with the step still there, kill the job's steps and, 3 s
+    later, the launcher. A checkpoint completed in ``checkpoints`` (the folder) after the
+    warning, at or past the program's progress then (not a save of an older step finishing
+    late), shortens the grace to :data:`AFTER_SAVE_S` from then (said in the log). The waits end
+    early once the step is gone or ``stop`` is set (the decision waits for them). Whether the
+    grace ended early on a checkpoint."""
+    child, log = step.child, step.log
     before = newest_checkpoint(checkpoints)
     reached = progress_step(checkpoints)
-    if send is not None:
-        send()  # to the processes that listen for it (the supervisor's delivery)
+    if step.send is not None:
+        step.send()
     else:
         with contextlib.suppress(OSError):
-            child.send_signal(getattr(signal, "SIG" + warning))
-    deadline = time.monotonic() + grace
+            child.send_signal(getattr(signal, "SIG" + step.warning))
+    deadline = time.monotonic() + step.grace
     saved = False
     look = time.monotonic() + LOOK_S
     while time.monotonic() < deadline:
@@ -114,12 +118,11 @@ def end_step(
             if newest != before and newest.step >= max(before.step, reached):
                 saved = True
                 deadline = min(deadline, time.monotonic() + AFTER_SAVE_S)
-                if log is not None:
-                    log(
-                        f"checkpoint step {newest.step} saved after the warning; ending the "
-                        f"step in {AFTER_SAVE_S:g} s"
-                    )
-    kill_steps()
+                log(
+                    f"checkpoint step {newest.step} saved after the warning; ending the "
+                    f"step in {AFTER_SAVE_S:g} s"
+                )
+    step.kill_steps()
     if not stop.wait(3) and child.poll() is None:
         with contextlib.suppress(OSError):
             child.kill()

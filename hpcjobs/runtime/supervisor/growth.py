@@ -1,0 +1,262 @@
+"""Growing back (docs/requeue.md, "Growing back"): a run of an elastic job below its full size
+keeps a grower, a pending job of the chain that asks for more nodes; once Slurm runs it, the
+run makes way (:class:`.grow.GrowWatch`) and hands over, or, when the grower is gone, runs
+again inside its own job. The grower's side waits for that handover
+(:meth:`Growth.wait_for_handover`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from . import decide, names
+from .causes import (
+    GROW,
+)
+from .context import RunContext, private_mkdir
+from .eventlog import IN_JOB
+from .grow import GrowerLink, GrowWatch
+
+if TYPE_CHECKING:
+    from .supervise import Supervisor
+
+
+#: How long a grower waits for the run it grows to hand over, beyond the warning lead time
+#: that run's program gets to checkpoint.
+GROW_WAIT_MARGIN_S = 60
+
+
+class Growth:
+    """This run's grower (``grower``; "" when it has none) and its watch. The watch's thread
+    may replace the grower until the run leaves its RUN phase: ``lock`` orders the two."""
+
+    def __init__(self, run: Supervisor) -> None:
+        self.run = run
+        self.ctx: RunContext = run.ctx
+        self.grower = ""
+        self.watch: GrowWatch | None = None
+        self.lock = threading.Lock()
+
+    def close_watch(self, phase: str) -> GrowWatch | None:
+        """The run enters ``phase`` (finish, end): no grower comes from the watch's thread any
+        more, and the watch ends. The watch (whether the run was making way for its grower)."""
+        with self.lock:
+            self.ctx.state.phase = phase
+            watch = self.watch
+        if watch is not None:
+            watch.close()
+        return watch
+
+    def submit(self) -> None:
+        """A run of an elastic job below its full size: give it a grower, a job of the chain
+        that waits in the queue for more nodes than the run has and takes over once Slurm runs
+        it (:mod:`.grow`). Not for array tasks, nor for a job submitted --no-requeue, nor with
+        too little time left for the move to pay off. May run in the grow watch's thread: a
+        grower submitted once the run is finishing is cancelled at once."""
+        if self.grower or self.ctx.task or not self.ctx.policy.standby:
+            return
+        older = self.ctx.chain.grower_for(self.ctx.self_id)
+        if older:  # a run of this job before Slurm requeued it left one, or it is gone
+            self.ctx.slurm.cancel(older)
+        run = len(self.ctx.run_nodes)
+        if not self.ctx.policy.elastic or not run or run >= self.ctx.policy.nodes:
+            return
+        if self.ctx.time_short():
+            return
+        low, high = decide.grower_size(
+            run, self.ctx.policy.nodes, self.ctx.policy.spare_nodes, self.ctx.policy.node_multiple
+        )
+        size = f"{low}-{high}" if low < high else str(high)
+        # The chain's exclusions, the newest kept, as far as the grower still fits the
+        # partition (a node that failed may be the one that has to come back).
+        excluded = self.ctx.chain.excluded()
+        total = self.run.nodes.partition_nodes()
+        if total is not None and excluded:
+            limit = max(total - low, 0)
+            excluded, released = decide.excluded_after([], excluded, limit)
+            if released:
+                self.ctx.event(
+                    "exclude",
+                    GROW,
+                    f"nodes={','.join(excluded) or '-'} released={','.join(released)} "
+                    f"(at most {limit} excluded for {low} nodes)",
+                    nodes=excluded,
+                    released=released,
+                    limit=limit,
+                )
+                self.ctx.log(f"no longer excluding {' '.join(released)}: a larger run needs them")
+        try:
+            new = self.run.continuation.submit_next(
+                "", nodes=size, grow_for=self.ctx.self_id, excluded=excluded
+            )
+        except RuntimeError as exc:
+            self.ctx.log(f"could not submit a grower job ({exc}); this job stays at {run} nodes")
+            return
+        self.ctx.event(
+            "grower",
+            "-",
+            f"grower job {new} for job {self.ctx.self_id} waits for {size} nodes",
+            grower=new,
+            grower_for=self.ctx.self_id,
+            size=size,
+        )
+        self.ctx.log(
+            f"running on {run} of {self.ctx.policy.nodes} nodes; job {new} waits for {size}"
+        )
+        with self.lock:
+            keep = not self.ctx.state.ending and not self.run.ending.being_cancelled()
+            if keep:
+                self.grower = new
+                self.start_watch()
+        if not keep:
+            self.cancel_job(new)
+
+    def start_watch(self) -> None:
+        """Watch this run's grower while the run goes on (:class:`.grow.GrowWatch`)."""
+        self.watch = None
+        if not self.grower or self.run.program.child is None:
+            return
+        grower = self.grower
+        marker = os.path.join(self.ctx.output_dir, names.grow_ready(grower))
+
+        def claim() -> bool:
+            # Not while the run is being ended (a cancel, a warning): it ends as it would.
+            return not self.ctx.state.signal and self.ctx.claim(grower)
+
+        def warn() -> None:
+            # The run ends on the warning signal, not by itself (a SIGTERM seen since stays).
+            self.ctx.state.mark_warning()
+
+        link = GrowerLink(
+            lambda: os.path.isdir(marker),
+            claim,
+            lambda: self.ctx.queue_state(grower),
+            warn,
+            self.replace,
+        )
+        self.watch = GrowWatch(self.run.program.control(self.ctx.policy.lead), grower, link)
+        self.watch.start()
+
+    def replace(self) -> None:
+        """The grower ended without taking over (its run would have been no larger, it gave
+        up, someone cancelled it): another one, while the run goes on (and is not being
+        ended). Runs in a thread of its own, started by the grow watch."""
+        with self.lock:
+            if self.ctx.state.ending:
+                return
+            gone, self.grower = self.grower, ""
+        self.ctx.log(f"the grower job {gone} ended without taking over")
+        self.submit()
+
+    def drop(self) -> None:
+        """The chain does not go on in this run's grower: it goes."""
+        if self.grower:
+            self.cancel_job(self.grower)
+        self.grower = ""
+
+    def cancel_job(self, job: str) -> None:
+        """Cancel grower ``job`` (the job's log says so when Slurm refuses)."""
+        if not self.ctx.slurm.cancel(job):
+            self.ctx.log(f"could not cancel the grower job {job}")
+
+    def hand_over(self) -> str:
+        """This run claimed the move to its grower and made way for it: "handed" once the
+        handoff is logged (the grower waits for it); when the grower is gone meanwhile, "again"
+        if the chain runs again inside this job, else "handed" once it continues in another;
+        "decide" when this job is being cancelled or requeued by Slurm: its end is decided as
+        any other."""
+        grower = self.grower
+        info = self.ctx.slurm.show_job(self.ctx.job)
+        if self.run.ending.being_cancelled(info) or self.run.ending.requeued_by_slurm(info):
+            return "decide"
+        state = self.ctx.queue_state(grower)
+        if not state:  # once may be a failed ask
+            self.ctx.sleep(1)
+            state = self.ctx.queue_state(grower)
+        if state != "RUNNING":
+            self.ctx.log(f"the grower job {grower} is gone ({state or 'not in the queue'})")
+            self.grower = ""
+            short = self.ctx.time_short()
+            self.run.agents.stop()
+            if not short and self.run.nodes.take():
+                self.ctx.event(
+                    "requeue",
+                    GROW,
+                    f"continued in job {self.ctx.self_id} on {','.join(self.ctx.run_nodes)} "
+                    f"(grower {grower} gone)",
+                    how=IN_JOB,
+                    stopped_run=self.ctx.restart,
+                    **self.ctx.position(),
+                )
+                self.ctx.log("running again in this job, from the last checkpoint")
+                return "again"
+            self.run.continuation.continue_chain(GROW)
+            return "handed"
+        self.ctx.event(
+            "handoff",
+            GROW,
+            f"continued as job {grower}: it holds more nodes than this run's "
+            f"{len(self.ctx.run_nodes)}",
+            next=grower,
+            nodes=[],
+            **self.ctx.position(),
+        )
+        self.ctx.log(f"continuing as job {grower}, on more nodes, from the last checkpoint")
+        self.grower = ""
+        self.run.standby.cancel()  # the grower submits its own
+        self.run.continuation.no_slurm_requeue()
+        return "handed"
+
+    def wait_for_handover(self) -> int | None:
+        """This job is a grower and Slurm runs it: when its run is larger than the one it grows,
+        say so and wait until that run hands over (it checkpoints first): None. The job's exit
+        code, 0, when it does not run the program: when its run would be no larger (it goes;
+        that run goes on), when Slurm requeued it before it took over, or when that run ended
+        otherwise (the chain went on elsewhere, or is over) or did not claim the move in time.
+        Logs nothing in the chain before the handoff: until then the grower is not part of
+        it."""
+        pred = self.ctx.grow_for
+        if self.ctx.restart > 0 or self.ctx.is_done():
+            self.ctx.log(f"job {pred} did not hand over to this job; it does not run")
+            return 0
+        starts = [e for e in self.ctx.chain.events if e.event == "start" and e.job_id == pred]
+        theirs = len(starts[-1].text("nodelist").split(",")) if starts else 0
+        if self.ctx.policy.in_job:
+            self.run.nodes.take()  # the nodes it could run on (the pre-flight check comes after)
+        if len(self.ctx.run_nodes) <= theirs:
+            self.ctx.log(
+                f"this job can run on {len(self.ctx.run_nodes)} nodes, job {pred} runs on "
+                f"{theirs}; it does not take over"
+            )
+            return 0
+        marker = os.path.join(self.ctx.output_dir, names.grow_ready(self.ctx.self_id))
+        with contextlib.suppress(OSError):
+            private_mkdir(marker)
+        deadline = self.ctx.clock() + self.ctx.policy.lead + GROW_WAIT_MARGIN_S
+        look, alive, unknown = 0.0, True, 0
+        self.ctx.log(f"job {pred} runs on {theirs} nodes; waiting for it to hand over")
+        try:
+            while not self.ctx.chain.continued_as(self.ctx.self_id):
+                now = self.ctx.clock()
+                if now >= look:
+                    look = now + 2
+                    state = self.ctx.queue_state(pred)
+                    unknown = 0 if state else unknown + 1
+                    # Not in the queue twice in a row: gone (once may be a failed ask).
+                    alive = state in ("RUNNING", "COMPLETING") or (not state and unknown < 2)
+                giving_up = not alive or now >= deadline or bool(self.ctx.state.signal)
+                # Claimed here: that run can no longer move. Claimed there: that run is making
+                # way, and hands over unless it ends otherwise.
+                if giving_up and (self.run.standby.owns_takeover(self.ctx.self_id) or not alive):
+                    if self.ctx.chain.continued_as(self.ctx.self_id):
+                        break
+                    self.ctx.log(f"job {pred} did not hand over to this job; it does not run")
+                    return 0
+                self.ctx.sleep(0.25)
+        finally:
+            with contextlib.suppress(OSError):
+                os.rmdir(marker)
+        self.ctx.unclaim(self.ctx.self_id)
+        return None
