@@ -6,7 +6,7 @@ import getpass
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +15,8 @@ from hpcjobs.cli.options import Count, host_option
 from hpcjobs.errors import EXIT_SLURM, BadInputError, SlurmError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from hpcjobs.runner import Runner
     from hpcjobs.slurm.client import SlurmClient
 
@@ -186,7 +188,7 @@ def _wait_until_started(client: SlurmClient, job_id: str) -> None:
 
 def _alive_check(
     client: SlurmClient, job_id: str, runner: Runner | None = None, host: str | None = None
-) -> Any:
+) -> Callable[[], bool]:
     """A function telling whether to keep following: the job, or a continuation of it, runs."""
     from hpcjobs.jobs.chain import load_chain
     from hpcjobs.jobs.follow import Follower

@@ -12,7 +12,11 @@ from hpcjobs.cli.options import Count
 from hpcjobs.plan.faults import CHECKPOINT_MINUTES, REQUEUE_MINUTES, RESTART_MINUTES
 
 if TYPE_CHECKING:
-    from hpcjobs.plan.search import Candidate, Request
+    from hpcjobs.config.models import SiteConfig
+    from hpcjobs.plan.faults import FaultModel
+    from hpcjobs.plan.inputs import Resources, Target
+    from hpcjobs.plan.model import ModelSpec, Recompute
+    from hpcjobs.plan.search import Candidate, Fixed, Request, Result
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -150,29 +154,12 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
     fastest and the cheapest marked. A size beyond the partition is planned and said. See
     docs/plan.md.
     """
-    from hpcjobs.errors import BadInputError
     from hpcjobs.plan import inputs
 
     if opts["list_gpus"]:
         _print_catalogue(opts["as_json"])
         return
-    for flag, key in (("--tokens", "tokens"), ("--global-batch", "global_batch")):
-        if opts[key] is None:
-            raise BadInputError(f"{flag} is required", hint="see 'hpcjobs plan --help'")
-    if (opts["partitions_text"] or opts["gpu_text"]) and (
-        opts["partition"] is not None or opts["gpu_type"] is not None
-    ):
-        raise BadInputError(
-            "give -p/--gpu-type (one partition) or --partitions/--gpu (a choice), not both",
-            hint="for several partitions: --partitions a,b",
-        )
-    if opts["history"] is not None and opts["mttf"] is not None:
-        raise BadInputError("give --mttf or --history, not both")
-    if opts["gpu_text"] and opts["apply_path"] is not None:
-        raise BadInputError(
-            "--apply writes a job for a partition of the site, not for a catalogue GPU",
-            hint="plan on the partition with -p NAME --apply job.yaml",
-        )
+    _check_flags(opts)
     site = _site(ctx, opts)
     node_counts: list[int | None] = (
         [*inputs.parse_node_counts(opts["nodes_text"])] if opts["nodes_text"] else [None]
@@ -190,6 +177,37 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
         nodes=node_counts[0],
         history=_history(ctx, opts["history"]),
     )
+    _apply_and_print(opts, data, request, chosen)
+
+
+def _check_flags(opts: dict[str, Any]) -> None:
+    """Refuse a plan without its required flags, or with flags that contradict each other."""
+    from hpcjobs.errors import BadInputError
+
+    for flag, key in (("--tokens", "tokens"), ("--global-batch", "global_batch")):
+        if opts[key] is None:
+            raise BadInputError(f"{flag} is required", hint="see 'hpcjobs plan --help'")
+    if (opts["partitions_text"] or opts["gpu_text"]) and (
+        opts["partition"] is not None or opts["gpu_type"] is not None
+    ):
+        raise BadInputError(
+            "give -p/--gpu-type (one partition) or --partitions/--gpu (a choice), not both",
+            hint="for several partitions: --partitions a,b",
+        )
+    if opts["history"] is not None and opts["mttf"] is not None:
+        raise BadInputError("give --mttf or --history, not both")
+    if opts["gpu_text"] and opts["apply_path"] is not None:
+        raise BadInputError(
+            "--apply writes a job for a partition of the site, not for a catalogue GPU",
+            hint="plan on the partition with -p NAME --apply job.yaml",
+        )
+
+
+def _apply_and_print(
+    opts: dict[str, Any], data: dict[str, Any], request: Request, chosen: Candidate
+) -> None:
+    """Write the --apply job file if asked, print the plan (text or JSON), then say what was
+    written."""
     applied = None
     if opts["apply_path"] is not None:
         applied = _apply(
@@ -214,8 +232,16 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
             )
 
 
+#: Said when an achieved rate (--achieved-tflops, --from-run) replaces the step model.
+_ACHIEVED_RATE_NOTE = (
+    "an achieved rate gives every layout with the same recomputation the same step "
+    "time: they are ranked by ZeRO stage, recomputation and memory (--mfu ranks them "
+    "by speed)"
+)
+
+
 def _plan_one(
-    site: Any,
+    site: SiteConfig | None,
     opts: dict[str, Any],
     *,
     partition: str | None,
@@ -227,23 +253,11 @@ def _plan_one(
     """One plan: the model, the GPUs, the speed, the layouts; its JSON data, request and the
     layout shown first. ``quiet``: no layout fits is a row that says so (compare), not an error.
     """
-    from dataclasses import replace
-
-    from hpcjobs.errors import BadInputError
     from hpcjobs.plan import inputs
-    from hpcjobs.plan.export import candidate_data, cost_data, hardware_data, model_data
-    from hpcjobs.plan.faults import fault_model, interruption_data, measured_fault_model
-    from hpcjobs.plan.search import Fixed, Request, distinct, search
+    from hpcjobs.plan.export import hardware_data, model_data
+    from hpcjobs.plan.search import Request, distinct, search
 
-    model = inputs.resolve_model(
-        params=opts["params"],
-        layers=opts["layers"],
-        hidden=opts["hidden"],
-        heads=opts["heads"],
-        vocab=opts["vocab"],
-        seq_len=opts["seq_len"],
-        model_config=opts["model_config"],
-    )
+    model = _model(opts)
     tokens = inputs.parse_quantity(opts["tokens"], "--tokens")
     precision = opts["precision"]
     res = inputs.resolve_resources(
@@ -257,47 +271,11 @@ def _plan_one(
     )
     spares, spare_note = inputs.spare_nodes_for(res, opts["spare_nodes"])
     notes = [*res.notes, *([spare_note] if spare_note else [])]
-    from_run: dict[str, Any] | None = None
     recompute = inputs.recompute_value(opts["recompute"])
-    if opts["from_run"] is not None:
-        if opts["mfu"] is not None or opts["achieved_tflops"] is not None:
-            raise BadInputError("give one of --mfu, --achieved-tflops and --from-run")
-        from hpcjobs.plan.fromrun import achieved_flops_per_gpu, measure_run
-        from hpcjobs.safetext import require_safe
-
-        run = measure_run(require_safe(opts["from_run"], "--from-run"))
-        rate, from_run = achieved_flops_per_gpu(
-            run, model, global_batch=opts["global_batch"], recompute=recompute or "selective"
-        )
-        achieved: float | None = rate / 1e12
-    else:
-        achieved = opts["achieved_tflops"]
-    try:
-        efficiency = inputs.efficiency_from(
-            mfu=opts["mfu"], achieved_tflops=achieved, peak_flops=res.hardware.peak_flops
-        )
-    except BadInputError as exc:
-        if from_run is not None:
-            exc.message = f"--from-run {from_run['job_id']}: {exc.message}"
-        raise
+    efficiency, achieved, from_run = _speed(opts, model, res, recompute)
     if achieved is not None:
-        notes.append(
-            "an achieved rate gives every layout with the same recomputation the same step "
-            "time: they are ranked by ZeRO stage, recomputation and memory (--mfu ranks them "
-            "by speed)"
-        )
-    fixed = Fixed()
-    if opts["layout_text"]:
-        fixed = inputs.parse_layout(opts["layout_text"])
-    fixed = Fixed(
-        tp=fixed.tp,
-        pp=fixed.pp,
-        dp=fixed.dp,
-        micro_batch=fixed.micro_batch or opts["micro_batch"],
-        zero=opts["zero"],
-        recompute=recompute,
-        sp=fixed.sp,
-    )
+        notes.append(_ACHIEVED_RATE_NOTE)
+    fixed = _fixed_choices(opts, recompute)
     request = Request(
         model=model,
         hardware=res.hardware,
@@ -312,51 +290,13 @@ def _plan_one(
     )
     result = search(request)
     fitting = result.fitting
-    constrained = fixed.tp is not None or fixed.zero is not None or fixed.recompute is not None
-    if not fitting and not constrained and not quiet:
-        smallest = min(result.candidates, key=lambda c: c.memory.total)
-        raise BadInputError(
-            f"no layout of {res.gpus} GPUs fits: the smallest, {smallest.layout.label()}, "
-            f"{smallest.notes[0]}",
-            hint="plan for more GPUs (--nodes), a smaller --micro-batch, or see one layout "
-            "with --layout tp=T,pp=P --zero Z --recompute full",
-        )
+    if not quiet:
+        _refuse_when_none_fits(result, fitting, fixed, res.gpus)
     shown = distinct(fitting, opts["top"]) if fitting else result.candidates[:1]
-    minutes = {  # the flags given (None: the model's default, or what --history measured)
-        "checkpoint_minutes": inputs.positive(opts["checkpoint_minutes"], "--checkpoint-minutes"),
-        "restart_minutes": inputs.not_negative(opts["restart_minutes"], "--restart-minutes"),
-        "requeue_minutes": inputs.not_negative(opts["requeue_minutes"], "--requeue-minutes"),
-    }
-    faults = fault_model(
-        res.gpus,
-        mttf_h=inputs.positive(opts["mttf"], "--mttf"),
-        **{key: value for key, value in minutes.items() if value is not None},
-    )
-    if history is not None:
-        measured, what = measured_fault_model(history, res.gpus, since=opts["history"])
-        if measured is None:
-            notes.append(f"history: {what}: nothing to measure a rate from; the default is used")
-        else:  # what the user gives wins over what was measured
-            given = {k: v / 60 for k, v in minutes.items() if v is not None}
-            faults = replace(
-                measured,
-                checkpoint_h=given.get("checkpoint_minutes", measured.checkpoint_h),
-                restart_h=given.get("restart_minutes", measured.restart_h),
-                requeue_h=given.get("requeue_minutes", measured.requeue_h),
-            )
-    layouts = []
-    for cand in shown:
-        item = candidate_data(request, cand)
-        item["cost"] = cost_data(res, cand)
-        item["interruptions"] = interruption_data(
-            cand.cost.total_s,
-            res.gpus,
-            faults,
-            spare_nodes=spares,
-            gpus_per_node=res.hardware.gpus_per_node,
-            gpu_hour_price=res.gpu_hour_price,
-        )
-        layouts.append(item)
+    faults, history_note = _fault_model(opts, res.gpus, history)
+    if history_note is not None:
+        notes.append(history_note)
+    layouts = _layouts_data(request, res, shown, faults, spares)
     data = {
         "inputs": {
             **_inputs_echo(opts, site.name if site else None, res.label, res.gpus, tokens),
@@ -379,7 +319,150 @@ def _plan_one(
     return data, request, shown[0]
 
 
-def _site(ctx: click.Context, opts: dict[str, Any]) -> Any:
+def _model(opts: dict[str, Any]) -> ModelSpec:
+    """The model: --params, the shape flags and/or --model-config."""
+    from hpcjobs.plan import inputs
+
+    return inputs.resolve_model(
+        params=opts["params"],
+        layers=opts["layers"],
+        hidden=opts["hidden"],
+        heads=opts["heads"],
+        vocab=opts["vocab"],
+        seq_len=opts["seq_len"],
+        model_config=opts["model_config"],
+    )
+
+
+def _speed(
+    opts: dict[str, Any], model: ModelSpec, res: Resources, recompute: Recompute | None
+) -> tuple[float, float | None, dict[str, Any] | None]:
+    """The share of peak, the achieved TFLOP/s per GPU (None: --mfu) and the run --from-run
+    measured it on (None: not asked for)."""
+    from hpcjobs.errors import BadInputError
+    from hpcjobs.plan import inputs
+
+    from_run: dict[str, Any] | None = None
+    if opts["from_run"] is not None:
+        if opts["mfu"] is not None or opts["achieved_tflops"] is not None:
+            raise BadInputError("give one of --mfu, --achieved-tflops and --from-run")
+        from hpcjobs.plan.fromrun import achieved_flops_per_gpu, measure_run
+        from hpcjobs.safetext import require_safe
+
+        run = measure_run(require_safe(opts["from_run"], "--from-run"))
+        rate, from_run = achieved_flops_per_gpu(
+            run, model, global_batch=opts["global_batch"], recompute=recompute or "selective"
+        )
+        achieved: float | None = rate / 1e12
+    else:
+        achieved = opts["achieved_tflops"]
+    try:
+        efficiency = inputs.efficiency_from(
+            mfu=opts["mfu"], achieved_tflops=achieved, peak_flops=res.hardware.peak_flops
+        )
+    except BadInputError as exc:
+        if from_run is not None:
+            exc.message = f"--from-run {from_run['job_id']}: {exc.message}"
+        raise
+    return efficiency, achieved, from_run
+
+
+def _fixed_choices(opts: dict[str, Any], recompute: Recompute | None) -> Fixed:
+    """The layout choices fixed by --layout, --micro-batch, --zero and --recompute."""
+    from hpcjobs.plan import inputs
+    from hpcjobs.plan.search import Fixed
+
+    fixed = Fixed()
+    if opts["layout_text"]:
+        fixed = inputs.parse_layout(opts["layout_text"])
+    return Fixed(
+        tp=fixed.tp,
+        pp=fixed.pp,
+        dp=fixed.dp,
+        micro_batch=fixed.micro_batch or opts["micro_batch"],
+        zero=opts["zero"],
+        recompute=recompute,
+        sp=fixed.sp,
+    )
+
+
+def _refuse_when_none_fits(
+    result: Result, fitting: list[Candidate], fixed: Fixed, gpus: int
+) -> None:
+    """Refuse a search free to choose tp, ZeRO and recomputation in which no layout fits."""
+    from hpcjobs.errors import BadInputError
+
+    constrained = fixed.tp is not None or fixed.zero is not None or fixed.recompute is not None
+    if fitting or constrained:
+        return
+    smallest = min(result.candidates, key=lambda c: c.memory.total)
+    raise BadInputError(
+        f"no layout of {gpus} GPUs fits: the smallest, {smallest.layout.label()}, "
+        f"{smallest.notes[0]}",
+        hint="plan for more GPUs (--nodes), a smaller --micro-batch, or see one layout "
+        "with --layout tp=T,pp=P --zero Z --recompute full",
+    )
+
+
+def _fault_model(
+    opts: dict[str, Any], gpus: int, history: list[dict[str, Any]] | None
+) -> tuple[FaultModel, str | None]:
+    """The interruption model (the flags, else what --history measured, else the default)
+    and a note when the history had nothing to measure."""
+    from dataclasses import replace
+
+    from hpcjobs.plan import inputs
+    from hpcjobs.plan.faults import fault_model, measured_fault_model
+
+    minutes = {  # the flags given (None: the model's default, or what --history measured)
+        "checkpoint_minutes": inputs.positive(opts["checkpoint_minutes"], "--checkpoint-minutes"),
+        "restart_minutes": inputs.not_negative(opts["restart_minutes"], "--restart-minutes"),
+        "requeue_minutes": inputs.not_negative(opts["requeue_minutes"], "--requeue-minutes"),
+    }
+    faults = fault_model(
+        gpus,
+        mttf_h=inputs.positive(opts["mttf"], "--mttf"),
+        **{key: value for key, value in minutes.items() if value is not None},
+    )
+    if history is None:
+        return faults, None
+    measured, what = measured_fault_model(history, gpus, since=opts["history"])
+    if measured is None:
+        return faults, f"history: {what}: nothing to measure a rate from; the default is used"
+    given = {k: v / 60 for k, v in minutes.items() if v is not None}  # the user's flags win
+    measured_with_flags = replace(
+        measured,
+        checkpoint_h=given.get("checkpoint_minutes", measured.checkpoint_h),
+        restart_h=given.get("restart_minutes", measured.restart_h),
+        requeue_h=given.get("requeue_minutes", measured.requeue_h),
+    )
+    return measured_with_flags, None
+
+
+def _layouts_data(
+    request: Request, res: Resources, shown: list[Candidate], faults: FaultModel, spares: int
+) -> list[dict[str, Any]]:
+    """Each layout shown as JSON-ready data, with its cost and its interruption figures."""
+    from hpcjobs.plan.export import candidate_data, cost_data
+    from hpcjobs.plan.faults import interruption_data
+
+    layouts = []
+    for cand in shown:
+        item = candidate_data(request, cand)
+        item["cost"] = cost_data(res, cand)
+        item["interruptions"] = interruption_data(
+            cand.cost.total_s,
+            res.gpus,
+            faults,
+            spare_nodes=spares,
+            gpus_per_node=res.hardware.gpus_per_node,
+            gpu_hour_price=res.gpu_hour_price,
+        )
+        layouts.append(item)
+    return layouts
+
+
+def _site(ctx: click.Context, opts: dict[str, Any]) -> SiteConfig | None:
     """The site config; None when only catalogue GPUs are planned and no site is found (a
     plan for GPUs one rents needs none)."""
     from hpcjobs.config.loader import load_site
@@ -412,7 +495,10 @@ def _history(ctx: click.Context, since: str | None) -> list[dict[str, Any]] | No
 
 
 def _compare(
-    site: Any, opts: dict[str, Any], targets: list[Any], node_counts: list[int | None]
+    site: SiteConfig | None,
+    opts: dict[str, Any],
+    targets: list[Target],
+    node_counts: list[int | None],
 ) -> None:
     """One row per (partition or GPU, node count): its best layout, days, GPU-hours, cost."""
     from hpcjobs.errors import BadInputError
@@ -660,8 +746,33 @@ def _duration(seconds: float) -> str:
 
 
 def _print_plan(data: dict[str, Any], request: Request) -> None:
-    from hpcjobs.texttable import table
+    """A single plan as text: what it is for, the layouts, and each layout's breakdown."""
+    _print_model_and_gpus(data)
+    click.echo(f"Speed: {_speed_text(data)}")
+    price = data["price"]
+    if price is not None:
+        _print_price(price)
+    for note in data["notes"]:
+        click.echo(f"Note: {note}")
+    click.echo(f"Layouts: {data['evaluated']} evaluated, {data['fitting']} fit")
+    click.echo()
+    click.echo(_layout_table(data["layouts"], price))
+    if data["layouts"]:
+        _print_interruptions(data["layouts"][0], price)
+    _print_spare_nodes(data)
+    for n, item in enumerate(data["layouts"], 1):
+        _print_breakdown(n, item, end_to_end=data["speed"] == "end_to_end")
+    if data["layouts"] and data["layouts"][0]["training"]["time_limit_chunks"]:
+        limit = request.hardware.max_time_s or 0
+        click.echo()
+        click.echo(
+            f"Chunks: runs of at most the partition's time limit ({limit / 3600:g} h) "
+            "each, chained by requeue."
+        )
 
+
+def _print_model_and_gpus(data: dict[str, Any]) -> None:
+    """The Model, Run and GPUs lines of a plan."""
     model, hw, inp = data["model"], data["hardware"], data["inputs"]
     shape = (
         f"{model['layers']} layers, h={model['hidden']}, {model['heads']} heads, "
@@ -686,6 +797,10 @@ def _print_plan(data: dict[str, Any], request: Request) -> None:
         f"{_gb(hw['memory_bytes'])} GB, NVLink domain {hw['nvlink_domain']}, "
         f"{hw['internode_bytes_per_s'] * 8 / 1e9:g} Gbit/s per GPU between nodes"
     )
+
+
+def _speed_text(data: dict[str, Any]) -> str:
+    """What the Speed line says: the rate, how it is used, and the run that measured it."""
     if data["speed"] == "end_to_end":
         speed = (
             f"{data['flops_per_gpu'] / 1e12:.1f} TFLOP/s per GPU end to end ("
@@ -703,23 +818,27 @@ def _print_plan(data: dict[str, Any], request: Request) -> None:
             f", measured by job {run['job_id']}: {run['step_s']:.4g} s per step on "
             f"{run['gpus']} GPUs ({run['timed_by']})"
         )
-    click.echo(f"Speed: {speed}")
-    price = data["price"]
-    if price is not None:
-        unit = "GPU-hour" if price["gpu_hour"] is not None else "node-hour"
-        rate = price["gpu_hour"] if price["gpu_hour"] is not None else price["node_hour"]
-        others = "".join(
-            f", {name.replace('_', '-')} {price[name]:g}"
-            for name in ("reserved", "on_demand")
-            if price[name] is not None
-        )
-        click.echo(f"Price: {rate:g} {price['currency']} per {unit}{others}")
-    for note in data["notes"]:
-        click.echo(f"Note: {note}")
-    click.echo(f"Layouts: {data['evaluated']} evaluated, {data['fitting']} fit")
-    click.echo()
+    return speed
+
+
+def _print_price(price: dict[str, Any]) -> None:
+    """The Price line: the rate per GPU-hour (or node-hour) and the other rates known."""
+    unit = "GPU-hour" if price["gpu_hour"] is not None else "node-hour"
+    rate = price["gpu_hour"] if price["gpu_hour"] is not None else price["node_hour"]
+    others = "".join(
+        f", {name.replace('_', '-')} {price[name]:g}"
+        for name in ("reserved", "on_demand")
+        if price[name] is not None
+    )
+    click.echo(f"Price: {rate:g} {price['currency']} per {unit}{others}")
+
+
+def _layout_table(layouts: list[dict[str, Any]], price: dict[str, Any] | None) -> str:
+    """The table of the layouts shown, one row each, with a cost column when priced."""
+    from hpcjobs.texttable import table
+
     rows = []
-    for n, item in enumerate(data["layouts"], 1):
+    for n, item in enumerate(layouts, 1):
         mem, step, run_cost = item["memory_bytes"], item["step_s"], item["training"]
         chunks = run_cost["time_limit_chunks"]
         rows.append(
@@ -740,9 +859,11 @@ def _print_plan(data: dict[str, Any], request: Request) -> None:
         )
     headers = ["#", "LAYOUT", "ZERO", "RECOMPUTE", "GB/GPU", "STEP", "DAYS", "GPU-HOURS"]
     cost_header = [] if price is None else [f"COST {price['currency']}"]
-    click.echo(table([*headers, "CHUNKS", "MFU", *cost_header], rows))
-    if data["layouts"]:
-        _print_interruptions(data["layouts"][0], price)
+    return table([*headers, "CHUNKS", "MFU", *cost_header], rows)
+
+
+def _print_spare_nodes(data: dict[str, Any]) -> None:
+    """What the spare nodes held beside the run add to layout #1 (nothing without spares)."""
     spares = data["inputs"]["spare_nodes"]
     if spares and data["layouts"]:
         best = data["layouts"][0]["training"]
@@ -752,36 +873,32 @@ def _print_plan(data: dict[str, Any], request: Request) -> None:
             f"(+{best['spare_gpu_hours'] / best['gpu_hours'] * 100:.1f}%), for recovery in "
             'seconds without a queue (docs/requeue.md, "Spare nodes")'
         )
-    for n, item in enumerate(data["layouts"], 1):
-        mem, step = item["memory_bytes"], item["step_s"]
-        click.echo()
-        verdict = "fits" if item["fits"] else "DOES NOT FIT"
-        click.echo(f"#{n}: {verdict}")
-        for note in item["notes"]:
-            click.echo(f"  ! {note}")
+
+
+def _print_breakdown(n: int, item: dict[str, Any], *, end_to_end: bool) -> None:
+    """Layout #n in detail: whether it fits, its memory per GPU and its step time."""
+    mem, step = item["memory_bytes"], item["step_s"]
+    click.echo()
+    verdict = "fits" if item["fits"] else "DOES NOT FIT"
+    click.echo(f"#{n}: {verdict}")
+    for note in item["notes"]:
+        click.echo(f"  ! {note}")
+    click.echo(
+        f"  memory per GPU: parameters {_gb(mem['parameters'])} + gradients "
+        f"{_gb(mem['gradients'])} + optimizer {_gb(mem['optimizer'])} + activations "
+        f"{_gb(mem['activations'])} + allowance {_gb(mem['allowance'])} = "
+        f"{_gb(mem['total'])} of {_gb(mem['available'])} GB"
+    )
+    if end_to_end:
         click.echo(
-            f"  memory per GPU: parameters {_gb(mem['parameters'])} + gradients "
-            f"{_gb(mem['gradients'])} + optimizer {_gb(mem['optimizer'])} + activations "
-            f"{_gb(mem['activations'])} + allowance {_gb(mem['allowance'])} = "
-            f"{_gb(mem['total'])} of {_gb(mem['available'])} GB"
+            f"  step: {item['flops_per_iteration']:.4g} FLOPs at the achieved rate = "
+            f"{_duration(step['total'])} (bubble and all-reduce inside it); "
+            f"{item['training']['iterations']:,} steps"
         )
-        if data["speed"] == "end_to_end":
-            click.echo(
-                f"  step: {item['flops_per_iteration']:.4g} FLOPs at the achieved rate = "
-                f"{_duration(step['total'])} (bubble and all-reduce inside it); "
-                f"{item['training']['iterations']:,} steps"
-            )
-        else:
-            click.echo(
-                f"  step: compute {_duration(step['compute'])} + bubble "
-                f"{_duration(step['pipeline_bubble'])} ({item['micro_batches_per_pipeline']} "
-                f"micro-batches) + DP all-reduce {_duration(step['dp_allreduce'])} = "
-                f"{_duration(step['total'])}; {item['training']['iterations']:,} steps"
-            )
-    if data["layouts"] and data["layouts"][0]["training"]["time_limit_chunks"]:
-        limit = request.hardware.max_time_s or 0
-        click.echo()
+    else:
         click.echo(
-            f"Chunks: runs of at most the partition's time limit ({limit / 3600:g} h) "
-            "each, chained by requeue."
+            f"  step: compute {_duration(step['compute'])} + bubble "
+            f"{_duration(step['pipeline_bubble'])} ({item['micro_batches_per_pipeline']} "
+            f"micro-batches) + DP all-reduce {_duration(step['dp_allreduce'])} = "
+            f"{_duration(step['total'])}; {item['training']['iterations']:,} steps"
         )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -236,7 +235,7 @@ def _site_value(ctx: click.Context, name: str | None) -> str | Path | None:
     return selected
 
 
-def _plain(value: Any) -> str:
+def _plain(value: object) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value)

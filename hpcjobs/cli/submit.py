@@ -17,140 +17,221 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 
 from hpcjobs.cli.common import site_for
-from hpcjobs.cli.options import Count, NodeRange, host_option, make_runner
+from hpcjobs.cli.options import Count, F, NodeRange, host_option, make_runner
 from hpcjobs.config.launchers import LAUNCHERS, launcher_help
 from hpcjobs.errors import BadInputError, HpcJobsError
 
 if TYPE_CHECKING:
+    from hpcjobs.config.models import SiteConfig
     from hpcjobs.jobs.checkpointclaim import Reuse
+    from hpcjobs.jobs.follow import JobEvent
     from hpcjobs.jobs.records import FileStore
+    from hpcjobs.jobs.submission import SubmissionPlan
     from hpcjobs.runner import Runner
+    from hpcjobs.script.jobspec import Where
+    from hpcjobs.script.render import RenderedJob
+    from hpcjobs.slurm.client import SlurmClient
 
 _SETTINGS: dict[str, Any] = {"allow_interspersed_args": False}
 
 
-def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The job-spec options shared by ``submit`` and ``render``."""
-    options = [
-        click.option(
-            "-f",
-            "--file",
-            "job_file",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="YAML job file; flags override its fields.",
-        ),
-        click.option("-J", "--job-name", help="Job name (default: the program's name)."),
-        click.option("-p", "--partition", help="Partition (default: the site's)."),
-        click.option(
-            "-N",
-            "--nodes",
-            type=NodeRange(),
-            help="Number of nodes, or an elastic MIN-MAX range (e.g. 2-4): the job starts with "
-            "as many as Slurm gives, and after a node is lost runs again on the nodes left while "
-            "they are at least MIN (docs/requeue.md, 'Elastic size').",
-        ),
-        click.option("-t", "--time", help="Time limit, Slurm syntax (MM, HH:MM:SS, D-HH:MM)."),
-        click.option("-A", "--account", help="Account to charge."),
-        click.option("-q", "--qos", help="Quality of service."),
-        click.option("--gpus-per-node", type=Count(0), help="GPUs per node (default: all)."),
-        click.option(
-            "--ntasks-per-node",
-            type=Count(1),
-            help="Ranks per node (default: one per GPU).",
-        ),
-        click.option("--cpus-per-task", type=Count(1), help="CPUs per rank."),
-        click.option(
-            "--launcher",
-            type=click.Choice(tuple(LAUNCHERS)),
-            help=launcher_help(),
-        ),
-        click.option("--array", help="Job array indices, e.g. 0-15 or 0-99%10."),
-        click.option("--dependency", help="Slurm dependency, e.g. afterok:1234."),
-        click.option(
-            "-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Set a variable."
-        ),
-        click.option("--container-image", help="Run in this container image."),
-        click.option(
-            "--container-mount", multiple=True, metavar="SRC[:DST]", help="Mount into it."
-        ),
-        click.option("--container-workdir", help="Working directory inside the container."),
-        click.option("--checkpoint-dir", help="Checkpoint folder (default: OUTPUT/checkpoints)."),
-        click.option(
-            "--signal",
-            metavar="SIG[@SECONDS]",
-            help="Warning signal and lead time before the limit (default: the site's).",
-        ),
-        click.option(
-            "--requeue/--no-requeue", default=None, help="Let Slurm requeue the job (default on)."
-        ),
-        click.option(
-            "--max-requeues",
-            "max_requeues",
-            multiple=True,
-            metavar="N|CAUSE=N",
-            help="Requeue budget: N in total, or CAUSE=N for one cause, e.g. preemption=3, "
-            "node_failure=5, infrastructure=2, stall=1 (all causes: docs/requeue.md). Default: "
-            "the site's; application failures are not requeued.",
-        ),
-        click.option(
-            "--stall-timeout",
-            type=click.IntRange(0, 2**31 - 1),
-            metavar="SECONDS",
-            help="End and continue a run when a rank's progress report has not advanced for "
-            "this long (0: off; default: the site's, faults.stall_timeout). Ranks that never "
-            "report progress are never judged.",
-        ),
-        click.option(
-            "--spare-nodes",
-            type=click.IntRange(0, 2**31 - 1),
-            metavar="K",
-            help="Hold K nodes beyond -N: a failed or suspect node is replaced by a spare "
-            "inside the job, running again within seconds, no queue (default: the "
-            "partition's spare_nodes, 0).",
-        ),
-        click.option(
-            "--node-multiple",
-            type=click.IntRange(1, 2**31 - 1),
-            metavar="K",
-            help="With -N MIN-MAX: a run takes a multiple of K nodes (a layout that needs whole "
-            "groups of nodes); MIN and MAX must be multiples of K (default: the partition's "
-            "node_multiple, 1).",
-        ),
-        click.option("--output-dir", help="Folder for logs and records (default: the site's)."),
-        click.option("-D", "--chdir", help="Working directory of the job."),
-        click.option("--template", help="Main template name (default: job)."),
-        click.option(
-            "--template-dir",
-            multiple=True,
-            type=click.Path(file_okay=False, path_type=Path),
-            help="Extra template folder, searched first.",
-        ),
-        click.option(
-            "--sbatch",
-            "sbatch_options",
-            multiple=True,
-            metavar="--OPTION[=VALUE]",
-            help="Pass an extra sbatch option through, e.g. --sbatch=--exclusive.",
-        ),
-        click.option(
-            "--nccl-debug/--no-nccl-debug",
-            default=None,
-            help="Turn on NCCL debugging variables (off in production).",
-        ),
-        click.option(
-            "--bind/--no-bind", default=None, help="Per-rank CPU/GPU/NIC binding (default on)."
-        ),
-        click.option(
-            "--gpu-monitor/--no-gpu-monitor",
-            default=None,
-            help="Sample GPU utilisation with nvidia-smi for 'hpcjobs report' (default on).",
-        ),
-        click.option("--torchrun", "torchrun_path", help="torchrun program (default: torchrun)."),
-        click.argument("command", nargs=-1, type=click.UNPROCESSED),
-    ]
+def _job_options(func: F) -> F:
+    """The job-spec options shared by ``submit`` and ``render``, group after group."""
+    for group in reversed(
+        (
+            _allocation_options,
+            _task_options,
+            _environment_options,
+            _requeue_options,
+            _output_options,
+            _launch_options,
+        )
+    ):
+        func = group(func)
+    return func
+
+
+def _stack(func: F, options: list[Callable[[F], F]]) -> F:
+    """Apply ``options`` to ``func`` so that they appear in the order given."""
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def _allocation_options(func: F) -> F:
+    """The job file, the name, and what to allocate: partition, nodes, time, account, QoS."""
+    return _stack(
+        func,
+        [
+            click.option(
+                "-f",
+                "--file",
+                "job_file",
+                type=click.Path(dir_okay=False, path_type=Path),
+                help="YAML job file; flags override its fields.",
+            ),
+            click.option("-J", "--job-name", help="Job name (default: the program's name)."),
+            click.option("-p", "--partition", help="Partition (default: the site's)."),
+            click.option(
+                "-N",
+                "--nodes",
+                type=NodeRange(),
+                help="Number of nodes, or an elastic MIN-MAX range (e.g. 2-4): the job starts "
+                "with as many as Slurm gives, and after a node is lost runs again on the nodes "
+                "left while they are at least MIN (docs/requeue.md, 'Elastic size').",
+            ),
+            click.option("-t", "--time", help="Time limit, Slurm syntax (MM, HH:MM:SS, D-HH:MM)."),
+            click.option("-A", "--account", help="Account to charge."),
+            click.option("-q", "--qos", help="Quality of service."),
+        ],
+    )
+
+
+def _task_options(func: F) -> F:
+    """The ranks on each node and how they start: GPUs, ranks, CPUs, launcher, array,
+    dependency."""
+    return _stack(
+        func,
+        [
+            click.option("--gpus-per-node", type=Count(0), help="GPUs per node (default: all)."),
+            click.option(
+                "--ntasks-per-node",
+                type=Count(1),
+                help="Ranks per node (default: one per GPU).",
+            ),
+            click.option("--cpus-per-task", type=Count(1), help="CPUs per rank."),
+            click.option(
+                "--launcher",
+                type=click.Choice(tuple(LAUNCHERS)),
+                help=launcher_help(),
+            ),
+            click.option("--array", help="Job array indices, e.g. 0-15 or 0-99%10."),
+            click.option("--dependency", help="Slurm dependency, e.g. afterok:1234."),
+        ],
+    )
+
+
+def _environment_options(func: F) -> F:
+    """The job's variables and its container."""
+    return _stack(
+        func,
+        [
+            click.option(
+                "-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Set a variable."
+            ),
+            click.option("--container-image", help="Run in this container image."),
+            click.option(
+                "--container-mount", multiple=True, metavar="SRC[:DST]", help="Mount into it."
+            ),
+            click.option("--container-workdir", help="Working directory inside the container."),
+        ],
+    )
+
+
+def _requeue_options(func: F) -> F:
+    """Checkpoints and recovery: warning signal, requeue budgets, stalls, spare nodes."""
+    return _stack(
+        func,
+        [
+            click.option(
+                "--checkpoint-dir", help="Checkpoint folder (default: OUTPUT/checkpoints)."
+            ),
+            click.option(
+                "--signal",
+                metavar="SIG[@SECONDS]",
+                help="Warning signal and lead time before the limit (default: the site's).",
+            ),
+            click.option(
+                "--requeue/--no-requeue",
+                default=None,
+                help="Let Slurm requeue the job (default on).",
+            ),
+            click.option(
+                "--max-requeues",
+                "max_requeues",
+                multiple=True,
+                metavar="N|CAUSE=N",
+                help="Requeue budget: N in total, or CAUSE=N for one cause, e.g. preemption=3, "
+                "node_failure=5, infrastructure=2, stall=1 (all causes: docs/requeue.md). "
+                "Default: the site's; application failures are not requeued.",
+            ),
+            click.option(
+                "--stall-timeout",
+                type=click.IntRange(0, 2**31 - 1),
+                metavar="SECONDS",
+                help="End and continue a run when a rank's progress report has not advanced "
+                "for this long (0: off; default: the site's, faults.stall_timeout). Ranks that "
+                "never report progress are never judged.",
+            ),
+            click.option(
+                "--spare-nodes",
+                type=click.IntRange(0, 2**31 - 1),
+                metavar="K",
+                help="Hold K nodes beyond -N: a failed or suspect node is replaced by a spare "
+                "inside the job, running again within seconds, no queue (default: the "
+                "partition's spare_nodes, 0).",
+            ),
+            click.option(
+                "--node-multiple",
+                type=click.IntRange(1, 2**31 - 1),
+                metavar="K",
+                help="With -N MIN-MAX: a run takes a multiple of K nodes (a layout that needs "
+                "whole groups of nodes); MIN and MAX must be multiples of K (default: the "
+                "partition's node_multiple, 1).",
+            ),
+        ],
+    )
+
+
+def _output_options(func: F) -> F:
+    """Where the job writes and runs, its templates, and extra sbatch options."""
+    return _stack(
+        func,
+        [
+            click.option("--output-dir", help="Folder for logs and records (default: the site's)."),
+            click.option("-D", "--chdir", help="Working directory of the job."),
+            click.option("--template", help="Main template name (default: job)."),
+            click.option(
+                "--template-dir",
+                multiple=True,
+                type=click.Path(file_okay=False, path_type=Path),
+                help="Extra template folder, searched first.",
+            ),
+            click.option(
+                "--sbatch",
+                "sbatch_options",
+                multiple=True,
+                metavar="--OPTION[=VALUE]",
+                help="Pass an extra sbatch option through, e.g. --sbatch=--exclusive.",
+            ),
+        ],
+    )
+
+
+def _launch_options(func: F) -> F:
+    """What runs on the ranks: NCCL debugging, binding, GPU monitor, torchrun, the command."""
+    return _stack(
+        func,
+        [
+            click.option(
+                "--nccl-debug/--no-nccl-debug",
+                default=None,
+                help="Turn on NCCL debugging variables (off in production).",
+            ),
+            click.option(
+                "--bind/--no-bind", default=None, help="Per-rank CPU/GPU/NIC binding (default on)."
+            ),
+            click.option(
+                "--gpu-monitor/--no-gpu-monitor",
+                default=None,
+                help="Sample GPU utilisation with nvidia-smi for 'hpcjobs report' (default on).",
+            ),
+            click.option(
+                "--torchrun", "torchrun_path", help="torchrun program (default: torchrun)."
+            ),
+            click.argument("command", nargs=-1, type=click.UNPROCESSED),
+        ],
+    )
 
 
 @click.command("submit", context_settings=_SETTINGS)
@@ -270,7 +351,7 @@ def render(ctx: click.Context, /, **fields: Any) -> None:
     _print_dry_run(rendered, plan)
 
 
-def _write_supervisor(rendered: Any) -> None:
+def _write_supervisor(rendered: RenderedJob) -> None:
     """Write the supervisor a rendered script runs, where it runs it from, unless it is there
     (its name is its content's hash) or the script (a template of the user's) never runs it."""
     path: Path | None = rendered.supervisor
@@ -294,9 +375,9 @@ def _render(
     ctx: click.Context,
     fields: dict[str, Any],
     *,
-    site: Any = None,
-    where: Any = None,
-) -> Any:
+    site: SiteConfig | None = None,
+    where: Where | None = None,
+) -> RenderedJob:
     from hpcjobs.config.loader import load_site
     from hpcjobs.script.jobspec import load_job_file, merge_job_data, parse_spec
     from hpcjobs.script.render import render_job
@@ -394,7 +475,7 @@ def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
 DRY_RUN_TOKEN = "<token>"
 
 
-def dry_run_text(rendered: Any, plan: Any) -> str:
+def dry_run_text(rendered: RenderedJob, plan: SubmissionPlan) -> str:
     """The script, then every sbatch command line the submission would run, as comments.
 
     The lines are exactly what ``submit`` runs (:meth:`SubmissionPlan.argvs`), with ``<token>``
@@ -419,7 +500,7 @@ def dry_run_text(rendered: Any, plan: Any) -> str:
     return "".join(lines)
 
 
-def _dry_run_plan(rendered: Any, after: list[str]) -> Any:
+def _dry_run_plan(rendered: RenderedJob, after: list[str]) -> SubmissionPlan:
     """The submission plan, with every check ``submit`` makes; Slurm is asked only for
     ``MaxArraySize`` when an array needs it (Slurm's default when it cannot be reached)."""
     from hpcjobs.jobs.submission import plan_submission
@@ -445,7 +526,7 @@ class _LocalSlurm:
         return SlurmClient(LocalRunner()).max_array_size()
 
 
-def _print_dry_run(rendered: Any, plan: Any) -> None:
+def _print_dry_run(rendered: RenderedJob, plan: SubmissionPlan) -> None:
     click.echo(dry_run_text(rendered, plan), nl=False)
     inherited = sorted(k for k in os.environ if k.startswith(("SBATCH_", "SALLOC_", "SRUN_")))
     if inherited:
@@ -456,7 +537,7 @@ def _print_dry_run(rendered: Any, plan: Any) -> None:
         )
 
 
-def _remote_where(runner: Runner) -> Any:
+def _remote_where(runner: Runner) -> Where:
     """Home folder and user on the login node, so '~' and relative paths resolve there."""
     from hpcjobs.script.jobspec import Where
 
@@ -467,7 +548,7 @@ def _remote_where(runner: Runner) -> Any:
 
 def _submit(
     ctx: click.Context,
-    rendered: Any,
+    rendered: RenderedJob,
     *,
     runner: Runner | None,
     host: str | None,
@@ -512,7 +593,7 @@ def _submit(
         return
     from hpcjobs.jobs.follow import follow_chain, follow_jobs
 
-    def event(ev: Any) -> None:
+    def event(ev: JobEvent) -> None:
         click.echo(f"{_now()} {ev.describe()}", err=True)
 
     def note(text: str) -> None:
@@ -540,7 +621,7 @@ def _submit(
     ctx.exit(outcome.exit_code)
 
 
-def _report_line(client: Any, runner: Runner, root: str, rendered: Any) -> str:
+def _report_line(client: SlurmClient, runner: Runner, root: str, rendered: RenderedJob) -> str:
     """The chain's one-line report (goodput, GPU-hours, biggest badput); never fails submit."""
     from hpcjobs.cli.report import summary_line
 
@@ -550,7 +631,7 @@ def _report_line(client: Any, runner: Runner, root: str, rendered: Any) -> str:
         return f"Report: not available ({exc.message})"
 
 
-def _check_run_folder(rendered: Any, reuse: Reuse | None) -> None:
+def _check_run_folder(rendered: RenderedJob, reuse: Reuse | None) -> None:
     """What submitting would do with the checkpoint folder (a dry run: nothing changes)."""
     from hpcjobs.jobs.submit import claim_folder
     from hpcjobs.runner import LocalRunner

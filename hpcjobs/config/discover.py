@@ -16,10 +16,10 @@ from typing import Any
 
 from hpcjobs.config.models import Requeue, Setup, SlurmDefaults
 from hpcjobs.config.nodeprobe import PROBE_SCRIPT, ProbedNode, numa_cpulists, parse_probe_output
+from hpcjobs.contract.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError, SlurmError
 from hpcjobs.slurm.client import SlurmClient
 from hpcjobs.slurm.clusterinfo import ClusterFacts, NodeInfo, PartitionInfo
-from hpcjobs.slurm.slurmtime import parse_slurm_time
 
 #: The site-wide default time limit, unless the default partition allows less.
 DEFAULT_TIME: str = SlurmDefaults.model_fields["time"].default
@@ -117,18 +117,43 @@ def build_draft(snapshot: ClusterSnapshot, *, name: str | None = None, now: str 
             hint="check 'sinfo --all' on this machine",
         )
     default = next((p for p in parts if p["default"]), parts[0])
-    topology: dict[str, Any] | None = None
-    topo_name = None
-    if snapshot.probed is not None and snapshot.probe_node:
-        topo_name = _site_name(f"{snapshot.probe_node}-node")
-        node = snapshot.nodes[snapshot.probe_node]
-        topology = _topology(snapshot.probed, node.gpu_count, notes)
-        for row in parts:
-            if snapshot.probe_node in row["members"] and row["gpus_per_node"] == node.gpu_count:
-                row["topology"] = topo_name
+    topo_name, topology = _probed_topology(snapshot, parts, notes)
 
     out: list[str] = []
     w = out.append
+    _write_header(w, snapshot, site_name, now)
+    _write_slurm(w, snapshot, default)
+    w("defaults:")
+    w(f"  partition: {_y(default['name'])}")
+    w("  # nccl_profile: production")
+    w("")
+    w("partitions:")
+    for row in parts:
+        _write_partition(w, row)
+    w("")
+    _write_topologies(w, snapshot.probe_node, topo_name, topology)
+    w("")
+    _write_site_defaults(w)
+    return Draft("\n".join(out) + "\n", notes)
+
+
+def _probed_topology(
+    snapshot: ClusterSnapshot, parts: list[dict[str, Any]], notes: list[str]
+) -> tuple[str | None, dict[str, Any] | None]:
+    """The probed node's topology and its name, set on the partitions whose nodes match it."""
+    if snapshot.probed is None or not snapshot.probe_node:
+        return None, None
+    topo_name = _site_name(f"{snapshot.probe_node}-node")
+    node = snapshot.nodes[snapshot.probe_node]
+    topology = _topology(snapshot.probed, node.gpu_count, notes)
+    for row in parts:
+        if snapshot.probe_node in row["members"] and row["gpus_per_node"] == node.gpu_count:
+            row["topology"] = topo_name
+    return topo_name, topology
+
+
+def _write_header(w: Any, snapshot: ClusterSnapshot, site_name: str, now: str) -> None:
+    """The draft's opening comments, name, description and login-host settings."""
     w(f"# Draft site config for the Slurm cluster {snapshot.facts.name or site_name!r},")
     w("# written by 'hpcjobs site discover'" + (f" on {now}" if now else "") + ".")
     w("# Review every value, fill in the commented placeholders, then check it with")
@@ -141,6 +166,10 @@ def build_draft(snapshot: ClusterSnapshot, *, name: str | None = None, now: str 
     w("login_hosts: []")
     w("host_keys: []")
     w("")
+
+
+def _write_slurm(w: Any, snapshot: ClusterSnapshot, default: dict[str, Any]) -> None:
+    """The ``slurm:`` section: defaults for sbatch and what Slurm told about itself."""
     w("slurm:")
     w("  account: null")
     w("  qos: null")
@@ -154,30 +183,31 @@ def build_draft(snapshot: ClusterSnapshot, *, name: str | None = None, now: str 
         w(f"  preempt_mode: {_y(snapshot.facts.preempt_mode)}")
     w(f"  preempt_send_user_signal: {_y(snapshot.facts.send_user_signal)}")
     w("")
-    w("defaults:")
-    w(f"  partition: {_y(default['name'])}")
-    w("  # nccl_profile: production")
-    w("")
-    w("partitions:")
-    for row in parts:
-        _write_partition(w, row)
-    w("")
+
+
+def _write_topologies(
+    w: Any, probe_node: str | None, topo_name: str | None, topology: dict[str, Any] | None
+) -> None:
+    """The ``topologies:`` section: the probed node's, or a commented example to fill in."""
     if topology is not None and topo_name is not None:
         w("topologies:")
-        w(f"  # Probed on node {snapshot.probe_node}.")
+        w(f"  # Probed on node {probe_node}.")
         _write_topology(w, topo_name, topology)
-    else:
-        w("# Slurm cannot know the node layout. Describe it to enable CPU/GPU/NIC binding, or")
-        w("# run 'hpcjobs site discover --probe-node NODE' to read it from a compute node.")
-        w("topologies: {}")
-        w("#  gpu-node:")
-        w("#    bootstrap_interface: ib0")
-        w("#    numa:")
-        w('#      - {id: 0, cpus: "0-31", memory_node: 0, gpus: [0, 1, 2, 3]}')
-        w('#      - {id: 1, cpus: "32-63", memory_node: 1, gpus: [4, 5, 6, 7]}')
-        w("#    nics:")
-        w("#      - {name: mlx5_0, kind: ib, port: 1, numa: 0, gpus: [0, 1], nccl: true}")
-    w("")
+        return
+    w("# Slurm cannot know the node layout. Describe it to enable CPU/GPU/NIC binding, or")
+    w("# run 'hpcjobs site discover --probe-node NODE' to read it from a compute node.")
+    w("topologies: {}")
+    w("#  gpu-node:")
+    w("#    bootstrap_interface: ib0")
+    w("#    numa:")
+    w('#      - {id: 0, cpus: "0-31", memory_node: 0, gpus: [0, 1, 2, 3]}')
+    w('#      - {id: 1, cpus: "32-63", memory_node: 1, gpus: [4, 5, 6, 7]}')
+    w("#    nics:")
+    w("#      - {name: mlx5_0, kind: ib, port: 1, numa: 0, gpus: [0, 1], nccl: true}")
+
+
+def _write_site_defaults(w: Any) -> None:
+    """The NCCL profile example and the ``setup:`` and ``requeue:`` sections, at their defaults."""
     w("nccl_profiles: {}")
     w("#  production:")
     w('#    env: {NCCL_IB_TIMEOUT: "22", NCCL_IB_RETRY_CNT: "7"}')
@@ -195,7 +225,6 @@ def build_draft(snapshot: ClusterSnapshot, *, name: str | None = None, now: str 
     w(f"  signal: {requeue.signal}")
     w(f"  lead_time: {requeue.lead_time}")
     w(f"  max_requeues: {{{budgets}}}")
-    return Draft("\n".join(out) + "\n", notes)
 
 
 def _partition_rows(snapshot: ClusterSnapshot, notes: list[str]) -> list[dict[str, Any]]:

@@ -219,9 +219,6 @@ def submit_rendered(
         SlurmError: Slurm refused the job or could not be reached (exit 3).
     """
     plan = plan_submission(rendered, client=client, max_array_size=max_array_size, after=after)
-    args = plan.base_args
-    comment = plan.comment
-
     store = files or LocalFiles()
     import secrets  # imported here: a dry run never draws a token
 
@@ -234,7 +231,40 @@ def submit_rendered(
         write_supervisor(rendered.supervisor, store)  # the script runs it from there
     scripts = _chunk_scripts(store, folder, rendered.script, plan)
     record_path = folder / "record.json"
-    record: dict[str, Any] = {
+    record = _initial_record(rendered, plan, client, token, created, host, script_path, scripts)
+    store.write_text(str(record_path), record_text(record))
+
+    job_ids: list[str] = []
+    try:
+        _send_calls(client, plan, folder, token, job_ids)
+    except HpcJobsError as exc:
+        _record_failure(exc, record, job_ids, store, record_path, rendered, index_dir, host)
+        raise
+    record.update(
+        state="submitted", job_ids=job_ids, submitted=datetime.now(timezone.utc).isoformat()
+    )
+    store.write_text(str(record_path), record_text(record))
+    remember(
+        job_ids, record_path, index_dir=index_dir, output_dir=str(rendered.output_dir), host=host
+    )
+    return SubmitResult(
+        job_ids=job_ids, script_path=script_path, record_path=record_path, token=token
+    )
+
+
+def _initial_record(
+    rendered: RenderedJobLike,
+    plan: SubmissionPlan,
+    client: SlurmClient,
+    token: str,
+    created: datetime,
+    host: str | None,
+    script_path: Path,
+    scripts: list[Path],
+) -> dict[str, Any]:
+    """The submission record as written before the first sbatch call (state ``submitting``)."""
+    args = plan.base_args
+    return {
         "token": token,
         "state": "submitting",
         "created": created.isoformat(),
@@ -247,43 +277,46 @@ def submit_rendered(
         "host": host,
         "script": script_path.name,
         "sbatch_args": args,
-        "comment": comment,
+        "comment": plan.comment,
         "array": _array_record(plan, scripts),
         "job_ids": [],
     }
-    store.write_text(str(record_path), record_text(record))
 
-    job_ids: list[str] = []
-    try:
-        for index, (chunk_args, script, chunk_token) in enumerate(plan.calls(folder, token)):
-            job_ids.append(client.submit(script, chunk_args, token=chunk_token, comment=comment))
-            logger(__name__).info("submitted chunk %d as job %s", index, job_ids[-1])
-    except HpcJobsError as exc:
-        record.update(state="partial" if job_ids else "failed", job_ids=job_ids, error=exc.message)
-        store.write_text(str(record_path), record_text(record))
-        if job_ids:
-            remember(
-                job_ids,
-                record_path,
-                index_dir=index_dir,
-                output_dir=str(rendered.output_dir),
-                host=host,
-            )
-            exc.hint = (
-                f"jobs {', '.join(job_ids)} of this array were submitted before the failure; "
-                f"cancel them with 'hpcjobs cancel {' '.join(job_ids)}' or keep them"
-            )
-        raise
-    record.update(
-        state="submitted", job_ids=job_ids, submitted=datetime.now(timezone.utc).isoformat()
-    )
+
+def _send_calls(
+    client: SlurmClient, plan: SubmissionPlan, folder: Path, token: str, job_ids: list[str]
+) -> None:
+    """Make the plan's sbatch calls in order, appending each job id to ``job_ids``."""
+    for index, (chunk_args, script, chunk_token) in enumerate(plan.calls(folder, token)):
+        job_ids.append(client.submit(script, chunk_args, token=chunk_token, comment=plan.comment))
+        logger(__name__).info("submitted chunk %d as job %s", index, job_ids[-1])
+
+
+def _record_failure(
+    exc: HpcJobsError,
+    record: dict[str, Any],
+    job_ids: list[str],
+    store: FileStore,
+    record_path: Path,
+    rendered: RenderedJobLike,
+    index_dir: Path | None,
+    host: str | None,
+) -> None:
+    """Note a failed sbatch call in the record, and index and name the chunks already sent."""
+    record.update(state="partial" if job_ids else "failed", job_ids=job_ids, error=exc.message)
     store.write_text(str(record_path), record_text(record))
-    remember(
-        job_ids, record_path, index_dir=index_dir, output_dir=str(rendered.output_dir), host=host
-    )
-    return SubmitResult(
-        job_ids=job_ids, script_path=script_path, record_path=record_path, token=token
-    )
+    if job_ids:
+        remember(
+            job_ids,
+            record_path,
+            index_dir=index_dir,
+            output_dir=str(rendered.output_dir),
+            host=host,
+        )
+        exc.hint = (
+            f"jobs {', '.join(job_ids)} of this array were submitted before the failure; "
+            f"cancel them with 'hpcjobs cancel {' '.join(job_ids)}' or keep them"
+        )
 
 
 def parse_after(items: Sequence[str]) -> list[tuple[str, str]]:

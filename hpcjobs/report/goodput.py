@@ -189,22 +189,7 @@ def _split_run(
     parts.first_step, parts.last_step = steps[0].step, steps[-1].step
     parts.add("startup", first - run.start)
     median = median_step_time(mine) or 0.0
-    # A step is redone when a report before it (of an earlier run, or of this one before it
-    # started again inside its allocation) had reached it; each time counts.
-    top = reached_before
-    previous: int | None = None
-    redone: list[bool] = []
-    for report in steps:
-        assert report.step is not None
-        if report.step == previous:  # the same step noted again: as it was
-            redone.append(redone[-1])
-            continue
-        again = top is not None and report.step <= top
-        redone.append(again)
-        if again:
-            parts.redone_steps += 1
-        top = report.step if top is None else max(top, report.step)
-        previous = report.step
+    redone = _redone_flags(steps, reached_before, parts)
     parts.steps = len({r.step for r in steps})
     # One pass over the step pairs, summing locally (a long run has hundreds of thousands of
     # reports); saves and restarts are found by bisection over their times.
@@ -246,6 +231,37 @@ def _split_run(
     parts.add("goodput", goodput)
     parts.add("tail", lost)
     parts.add("startup", begun)
+    _split_after_last(parts, run, saves, last)
+    return parts
+
+
+def _redone_flags(
+    steps: Sequence[Report], reached_before: int | None, parts: RunParts
+) -> list[bool]:
+    """For each step report, whether its step was redone; counts them in ``parts``."""
+    # A step is redone when a report before it (of an earlier run, or of this one before it
+    # started again inside its allocation) had reached it; each time counts.
+    top = reached_before
+    previous: int | None = None
+    redone: list[bool] = []
+    for report in steps:
+        assert report.step is not None
+        if report.step == previous:  # the same step noted again: as it was
+            redone.append(redone[-1])
+            continue
+        again = top is not None and report.step <= top
+        redone.append(again)
+        if again:
+            parts.redone_steps += 1
+        top = report.step if top is None else max(top, report.step)
+        previous = report.step
+    return redone
+
+
+def _split_after_last(
+    parts: RunParts, run: RunWindow, saves: Sequence[Report], last: float
+) -> None:
+    """Add the time after the last progress report: checkpoint saves, warning, then tail."""
     tail = run.end - last
     saved = min(tail, _saves_between(saves, last, run.end + 1.0))
     parts.add("checkpoint", saved)
@@ -255,7 +271,6 @@ def _split_run(
         warned = min(rest, run.end - max(run.signal_at, last))
     parts.add("warning", warned)
     parts.add("tail", rest - warned)
-    return parts
 
 
 def assign_reports(

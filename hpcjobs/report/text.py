@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from hpcjobs.report.build import ChainReport
 from hpcjobs.report.goodput import BADPUT_PARTS, LABELS
 from hpcjobs.report.money import format_money
 
+if TYPE_CHECKING:
+    from hpcjobs.report.gpu import GpuSummary
+
 
 def report_text(report: ChainReport) -> str:
     """Several lines: totals, the goodput breakdown, time not running, steps, runs, notes."""
-    from hpcjobs.texttable import table
-
     runs = "1 run" if len(report.runs) == 1 else f"{len(report.runs)} runs"
     lines = [
         f"Chain {report.root} ({report.name or '-'}): {runs}, jobs {', '.join(report.job_ids)}"
@@ -27,26 +29,9 @@ def report_text(report: ChainReport) -> str:
     )
     cost, cost_note = report.pricing()
     if cost is not None:
-        text = f"Cost: {format_money(cost['allocated'])} {cost['currency']} allocated"
-        if cost["badput"] is not None:
-            text += (
-                f", of which badput {format_money(cost['badput'])} {cost['currency']} "
-                f"(at the partitions' prices)"
-            )
-        lines.append(text)
+        lines.append(_cost_line(cost))
     if report.has_progress:
-        parts = cost["parts"] if cost is not None else None
-        rows = [["goodput", _pct(report.share("goodput")), _dur(report.part_s("goodput"))]]
-        rows += [
-            [f"badput: {LABELS[part]}", _pct(report.share(part)), _dur(report.part_s(part))]
-            for part in BADPUT_PARTS
-        ]
-        headers = ["PART", "SHARE", f"{report.unit.upper()}-TIME"]
-        if parts is not None and cost is not None:
-            for row, part in zip(rows, ("goodput", *BADPUT_PARTS), strict=True):
-                row.append(format_money(parts[part]))
-            headers.append(f"COST {cost['currency']}")
-        lines.append(table(headers, rows))
+        lines.append(_breakdown_table(report, cost))
     gaps = ", ".join(_dur(g) for g in report.gaps_s) or "none"
     lines.append(
         f"Not running (wall clock): queue wait {_dur(report.queue_wait_s)}, gaps between runs "
@@ -55,6 +40,47 @@ def report_text(report: ChainReport) -> str:
     steps = _steps_line(report)
     if steps is not None:
         lines.append(steps)
+    lines.append(_runs_table(report))
+    if report.gpu is not None:
+        lines.append(_gpu_table(report.gpu))
+    for note in [*report.notes, *([cost_note] if cost_note else [])]:
+        lines.append(f"Note: {note}")
+    return "\n".join(lines)
+
+
+def _cost_line(cost: dict[str, Any]) -> str:
+    """What the allocation cost, and how much of it was badput."""
+    text = f"Cost: {format_money(cost['allocated'])} {cost['currency']} allocated"
+    if cost["badput"] is not None:
+        text += (
+            f", of which badput {format_money(cost['badput'])} {cost['currency']} "
+            f"(at the partitions' prices)"
+        )
+    return text
+
+
+def _breakdown_table(report: ChainReport, cost: dict[str, Any] | None) -> str:
+    """The table of goodput and each badput part: share, time and (with prices) cost."""
+    from hpcjobs.texttable import table
+
+    parts = cost["parts"] if cost is not None else None
+    rows = [["goodput", _pct(report.share("goodput")), _dur(report.part_s("goodput"))]]
+    rows += [
+        [f"badput: {LABELS[part]}", _pct(report.share(part)), _dur(report.part_s(part))]
+        for part in BADPUT_PARTS
+    ]
+    headers = ["PART", "SHARE", f"{report.unit.upper()}-TIME"]
+    if parts is not None and cost is not None:
+        for row, part in zip(rows, ("goodput", *BADPUT_PARTS), strict=True):
+            row.append(format_money(parts[part]))
+        headers.append(f"COST {cost['currency']}")
+    return table(headers, rows)
+
+
+def _runs_table(report: ChainReport) -> str:
+    """The table of runs: job, start, length, GPUs, how it ended, goodput, CPU and memory."""
+    from hpcjobs.texttable import table
+
     headers = ["RUN", "JOB", "START", "ELAPSED", "GPUS", "STATE", "CAUSE", "GOODPUT"]
     headers += ["CPU EFF", "PEAK MEM"]
     rows = []
@@ -79,23 +105,25 @@ def report_text(report: ChainReport) -> str:
                 memory,
             ]
         )
-    lines.append(table(headers, rows))
-    if report.gpu is not None:
-        gpu_rows = [
-            [
-                g.host,
-                str(g.index),
-                _pct(None if g.mean_util is None else g.mean_util / 100),
-                "-" if g.max_mem_used_mib is None else f"{g.max_mem_used_mib:.0f} MiB",
-                "-" if g.mem_total_mib is None else f"{g.mem_total_mib:.0f} MiB",
-                "IDLE" if g.idle else "",
-            ]
-            for g in report.gpu.gpus
+    return table(headers, rows)
+
+
+def _gpu_table(gpu: GpuSummary) -> str:
+    """The table of GPUs from telemetry: mean utilisation, memory, and which sat idle."""
+    from hpcjobs.texttable import table
+
+    gpu_rows = [
+        [
+            g.host,
+            str(g.index),
+            _pct(None if g.mean_util is None else g.mean_util / 100),
+            "-" if g.max_mem_used_mib is None else f"{g.max_mem_used_mib:.0f} MiB",
+            "-" if g.mem_total_mib is None else f"{g.mem_total_mib:.0f} MiB",
+            "IDLE" if g.idle else "",
         ]
-        lines.append(table(["HOST", "GPU", "MEAN UTIL", "MAX MEM", "TOTAL MEM", ""], gpu_rows))
-    for note in [*report.notes, *([cost_note] if cost_note else [])]:
-        lines.append(f"Note: {note}")
-    return "\n".join(lines)
+        for g in gpu.gpus
+    ]
+    return table(["HOST", "GPU", "MEAN UTIL", "MAX MEM", "TOTAL MEM", ""], gpu_rows)
 
 
 def _steps_line(report: ChainReport) -> str | None:

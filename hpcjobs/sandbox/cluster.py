@@ -8,7 +8,6 @@ processes this sandbox started, job steps included.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import secrets
@@ -21,10 +20,11 @@ from typing import Any
 
 from hpcjobs.atomicfile import PRIVATE_DIR, READABLE, write_atomic
 from hpcjobs.backoff import Backoff
-from hpcjobs.errors import CommandError, SandboxError
+from hpcjobs.errors import SandboxError
 from hpcjobs.logger import logger
 from hpcjobs.runner import LocalRunner, Result
 from hpcjobs.sandbox import confgen, packages, procs
+from hpcjobs.sandbox.daemons import DaemonStarter, database_password
 from hpcjobs.sandbox.layout import CLUSTER_NAME, Layout, Settings, default_state_dir
 from hpcjobs.sandbox.release import Release, get_release, host_release
 from hpcjobs.sandbox.root import MARKER as ROOT_MARKER
@@ -152,6 +152,8 @@ class Sandbox:
         self.slurm = SlurmClient(self.runner, policy=SANDBOX_RETRY)
         #: Extra host folders bound into the root at their own path (a checkout, for tests).
         self.binds: list[Path] = []
+        #: Starts munged, MariaDB, slurmdbd, slurmctld and the slurmds of this sandbox.
+        self.daemons = DaemonStarter(self.layout, self.root, self.runner, self.slurm)
 
     @property
     def state_dir(self) -> Path:
@@ -217,12 +219,12 @@ class Sandbox:
             self.root.add_user(OTHER_USER, uid, gid)
             self.root.copy_host_files()
             self.root.mount([self.layout.root, self.layout.run, *self.binds])
-        self._start_munge(progress)
-        self._start_mariadb(wanted, progress)
-        self._start_slurmdbd(wanted, progress)
+        self.daemons.start_munge(progress)
+        self.daemons.start_mariadb(wanted, progress)
+        self.daemons.start_slurmdbd(wanted, progress)
         self._register_accounting(progress)
-        self._start_slurmctld(wanted, progress)
-        self._start_slurmds(wanted, progress)
+        self.daemons.start_slurmctld(wanted, progress)
+        self.daemons.start_slurmds(wanted, progress)
         self._wait_nodes_ready(wanted, progress)
         progress("sandbox is up")
         return wanted
@@ -255,152 +257,9 @@ class Sandbox:
                 lay.cgroup_conf.unlink()
         else:
             _write_public(lay.cgroup_conf, cgroup)
-        password = self._db_password()
+        password = database_password(lay)
         write_atomic(lay.slurmdbd_conf, confgen.slurmdbd_conf(settings, lay, password).encode())
         _write_public(lay.settings_file, settings.to_json() + "\n")
-
-    def _program(self, name: str) -> str:
-        """Where program ``name`` is, on the host or (as seen from inside) in the root."""
-        if self.root is None:
-            return _program(name)
-        for folder in (*packages.SBIN_DIRS, "/usr/bin", "/bin"):
-            path = f"{folder}/{name}"
-            if self.root.has_program(path):
-                return path
-        raise SandboxError(
-            f"{name!r} is not installed in the root {self.root.path}",
-            hint="run 'hpcjobs sandbox down --purge' and 'up' again to rebuild it",
-        )
-
-    def _daemon(self, argv: list[str]) -> list[str]:
-        """A daemon's argv, run inside the root when there is one."""
-        return self.root.argv(argv) if self.root else argv
-
-    def _db_password(self) -> str:
-        try:
-            for line in split_lines(self.layout.slurmdbd_conf.read_text()):
-                if line.startswith("StoragePass="):
-                    return line.split("=", 1)[1]
-        except FileNotFoundError:
-            pass
-        return secrets.token_urlsafe(24)
-
-    def _env(self) -> dict[str, str]:
-        return procs.marker_env(self.marker_dir, self.layout.client_env())
-
-    def _start_munge(self, progress: Progress) -> None:
-        lay = self.layout
-        if procs.running_pid(lay.pid_file("munged"), self.marker_dir):
-            return
-        progress("starting munged")
-        with contextlib.suppress(FileNotFoundError):
-            lay.munge_socket.unlink()
-        procs.start_daemon(
-            self._daemon(
-                [
-                    self._program("munged"),
-                    f"--socket={lay.munge_socket}",
-                    f"--key-file={lay.munge_key}",
-                    f"--log-file={lay.log_file('munged')}",
-                    f"--pid-file={lay.pid_file('munged')}",
-                    f"--seed-file={lay.munge_dir / 'munged.seed'}",
-                ]
-            ),
-            self._env(),
-            lay.log_file("munged-start"),
-        )
-        _wait(
-            "munged",
-            lambda: self._ok(["munge", "-n", "-S", str(lay.munge_socket)]),
-            30,
-            lay.log_file("munged"),
-        )
-
-    def _start_mariadb(self, settings: Settings, progress: Progress) -> None:
-        lay = self.layout
-        if not procs.running_pid(lay.pid_file("mariadbd"), self.marker_dir):
-            _ensure_port_free("MariaDB", settings.mysql_port)
-            if not (lay.mysql_dir / "mysql").is_dir():
-                progress("initialising the accounting database")
-                lay.mysql_dir.mkdir(mode=PRIVATE_DIR, exist_ok=True)
-                result = self.runner.run(
-                    [
-                        self._program("mariadb-install-db"),
-                        "--no-defaults",
-                        f"--datadir={lay.mysql_dir}",
-                        "--user=root",
-                        "--auth-root-authentication-method=socket",
-                        "--skip-test-db",
-                    ],
-                    timeout=300,
-                    check=False,
-                )
-                if not result.ok:
-                    lay.log_file("mariadb-install").write_text(result.stdout + result.stderr)
-                    raise SandboxError(
-                        "initialising MariaDB failed",
-                        hint=f"see {lay.log_file('mariadb-install')}",
-                    )
-            progress("starting MariaDB")
-            procs.start_foreground(
-                self._daemon(
-                    [
-                        self._program("mariadbd"),
-                        "--no-defaults",
-                        f"--datadir={lay.mysql_dir}",
-                        "--user=root",
-                        "--bind-address=127.0.0.1",
-                        f"--port={settings.mysql_port}",
-                        f"--socket={lay.mysql_socket}",
-                        f"--pid-file={lay.pid_file('mariadbd')}",
-                        f"--log-error={lay.log_file('mariadbd')}",
-                        "--skip-log-bin",
-                        "--skip-ssl",
-                        "--innodb-buffer-pool-size=64M",
-                        "--innodb-lock-wait-timeout=900",
-                    ]
-                ),
-                self._env(),
-                lay.log_file("mariadbd-start"),
-            )
-        _wait(
-            "MariaDB",
-            lambda: self._ok(self._mysql(["-e", "SELECT 1"])),
-            60,
-            lay.log_file("mariadbd"),
-        )
-        password = self._db_password()
-        statements = []
-        for host in ("127.0.0.1", "localhost"):
-            statements += [
-                f"CREATE USER IF NOT EXISTS 'slurm'@'{host}' IDENTIFIED BY '{password}'",
-                f"ALTER USER 'slurm'@'{host}' IDENTIFIED BY '{password}'",
-                f"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'{host}'",
-            ]
-        # The password goes on stdin, never on a command line that `ps` would show.
-        self.runner.run(self._mysql([]), stdin=";\n".join(statements) + ";\n", timeout=60)
-
-    def _mysql(self, args: list[str]) -> list[str]:
-        return [
-            self._program("mariadb"),
-            "--no-defaults",
-            "--skip-ssl",
-            f"--socket={self.layout.mysql_socket}",
-            "-u",
-            "root",
-            *args,
-        ]
-
-    def _start_slurmdbd(self, settings: Settings, progress: Progress) -> None:
-        lay = self.layout
-        if procs.running_pid(lay.pid_file("slurmdbd"), self.marker_dir):
-            return
-        _ensure_port_free("slurmdbd", settings.dbd_port)
-        progress("starting slurmdbd")
-        procs.start_daemon(
-            self._daemon([self._program("slurmdbd")]), self._env(), lay.log_file("slurmdbd-start")
-        )
-        _wait("slurmdbd", lambda: _port_open(settings.dbd_port), 60, lay.log_file("slurmdbd"))
 
     def _register_accounting(self, progress: Progress) -> None:
         show = self.slurm.run(
@@ -447,41 +306,6 @@ class Sandbox:
                     f"cluster={CLUSTER_NAME}",
                 ],
                 timeout=30,
-            )
-
-    def _start_slurmctld(self, settings: Settings, progress: Progress) -> None:
-        lay = self.layout
-        if not procs.running_pid(lay.pid_file("slurmctld"), self.marker_dir):
-            _ensure_port_free("slurmctld", settings.ctld_port)
-            progress("starting slurmctld")
-            procs.start_daemon(
-                self._daemon([self._program("slurmctld"), "-f", str(lay.slurm_conf)]),
-                self._env(),
-                lay.log_file("slurmctld-start"),
-            )
-        _wait(
-            "slurmctld",
-            lambda: "is UP" in self.slurm.probe(["scontrol", "ping"], timeout=15).stdout,
-            60,
-            lay.log_file("slurmctld"),
-        )
-
-    def _start_slurmds(self, settings: Settings, progress: Progress) -> None:
-        lay = self.layout
-        few = settings.nodes <= 9
-        if not few:
-            progress(f"starting slurmd {settings.hostlist}")
-        for i, node in enumerate(settings.node_names, start=1):
-            if procs.running_pid(lay.pid_file(f"slurmd-{node}"), self.marker_dir):
-                continue
-            _ensure_port_free(f"slurmd {node}", settings.node_port(i))
-            if few:
-                progress(f"starting slurmd {node}")
-            # An absolute -f matters: jobs inherit SLURM_CONF from slurmd.
-            procs.start_daemon(
-                self._daemon([self._program("slurmd"), "-f", str(lay.slurm_conf), "-N", node]),
-                self._env(),
-                lay.log_file(f"slurmd-{node}-start"),
             )
 
     def _wait_nodes_ready(self, settings: Settings, progress: Progress) -> None:
@@ -572,12 +396,6 @@ class Sandbox:
                 )
         return parts
 
-    def _ok(self, argv: list[str]) -> bool:
-        try:
-            return self.runner.run(argv, check=False, timeout=15).ok
-        except CommandError:
-            return False
-
     # ---- down -----------------------------------------------------------------------------
 
     def down(self, *, purge: bool = False, progress: Progress = _quiet) -> list[int]:
@@ -636,13 +454,6 @@ class Sandbox:
 # ---- helpers ----------------------------------------------------------------------------------
 
 
-def _program(name: str) -> str:
-    path = packages.which(name)
-    if path is None:
-        raise SandboxError(f"{name!r} is not installed", hint="run 'hpcjobs sandbox up' as root")
-    return path
-
-
 def _short_hostname() -> str:
     return socket.gethostname().split(".")[0]
 
@@ -679,38 +490,6 @@ def _base_state(state: str) -> str:
 def _last_line(text: str) -> str:
     lines = [line for line in split_lines(text.strip()) if line.strip()]
     return lines[-1] if lines else ""
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1.0)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _ensure_port_free(component: str, port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # Like the daemons themselves: connections in TIME_WAIT do not make a port busy.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise SandboxError(
-                    f"port {port} for {component} is already in use by another program",
-                    hint="stop that program, or pick other ports with "
-                    "'hpcjobs sandbox up --port-base N'",
-                ) from exc
-            raise
-
-
-def _wait(what: str, ready: Callable[[], bool], timeout: float, log_file: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise SandboxError(
-                f"{what} did not become ready within {timeout:g} s", hint=f"see {log_file}"
-            )
-        time.sleep(0.2)
 
 
 def _write_public(path: Path, text: str) -> None:
