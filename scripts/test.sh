@@ -110,8 +110,8 @@ stage "ruff" bash -c '.venv/bin/ruff check . && .venv/bin/ruff format --check .'
 stage "mypy" .venv/bin/mypy
 stage "import layers" .venv/bin/lint-imports --no-cache
 # The job's supervisor runs on the compute nodes' own python3: 3.8 or newer.
-stage "vermin (supervisor, Python >= 3.8)" .venv/bin/vermin -q --no-tips --violations -t=3.8- \
-    hpcjobs/runtime/supervisor
+stage "vermin (supervisor and contract, Python >= 3.8)" .venv/bin/vermin -q --no-tips \
+    --violations -t=3.8- hpcjobs/runtime/supervisor hpcjobs/contract
 host=$(.venv/bin/python -c 'from hpcjobs.sandbox.release import host_release
 r = host_release()
 print(r.codename if r else "this machine")')

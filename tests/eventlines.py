@@ -1,10 +1,10 @@
-"""Event log lines for tests, in the log's own format (hpcjobs.runtime.supervisor.eventlog)."""
+"""Event log lines for tests, in the log's own format (hpcjobs.contract.eventlog)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from hpcjobs.runtime.supervisor.eventlog import Event, encode, parse
+from hpcjobs.contract.eventlog import Event, encode, parse
 
 
 def line(

@@ -111,8 +111,8 @@ def _late_standbys(
     """Cancel the standbys (and continuations) that the cancelled running jobs' scripts
     submitted while the cancel ran: once each job's script has ended (or after
     LATE_STANDBY_WAIT_S), read its chain again."""
+    from hpcjobs.contract.slurmstates import is_terminal
     from hpcjobs.jobs.chain import load_chain
-    from hpcjobs.slurm.states import is_terminal
 
     if not running:
         return []

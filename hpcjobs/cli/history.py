@@ -11,10 +11,10 @@ import click
 from hpcjobs.cli.common import chains_for, slurm_access
 from hpcjobs.cli.options import host_option
 from hpcjobs.errors import SlurmError
-from hpcjobs.runtime.supervisor.eventlog import IN_JOB, is_growth
 
 if TYPE_CHECKING:
     from hpcjobs.jobs.chain import ChainRef, Event
+    from hpcjobs.slurm.client import SlurmClient
     from hpcjobs.slurm.history import JobHistory, Run
 
 
@@ -42,21 +42,10 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
     its event log; a chain whose newest job was cancelled before its script could log (a
     pending continuation cancelled with scancel) ends "cancelled", from accounting.
     """
-    from hpcjobs.slurm.history import job_history
-    from hpcjobs.slurm.parse import format_duration
-    from hpcjobs.texttable import table
-
     runner, client = slurm_access(ctx, host)
     ref = chains_for(runner, [job_id], host).get(job_id)
     ids = ref.chain.job_ids if ref else [job_id]
-    histories = []
-    for number, one in enumerate(ids):
-        try:
-            histories += job_history(client, one)
-        except SlurmError:
-            if number == 0:
-                raise  # the job the user named: say so
-            # A continuation that has not reached accounting yet.
+    histories = _job_histories(client, ids)
     interruptions = _interruptions(ref) if ref else []
     stops = _stops_by_run(ref)
     final, source = _final(ref, histories)
@@ -74,39 +63,62 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
     for number, item in enumerate(histories):
         if number:
             click.echo()
-        runs = "1 run" if len(item.runs) == 1 else f"{len(item.runs)} runs"
-        restarts = "1 restart" if item.restarts == 1 else f"{item.restarts} restarts"
-        click.echo(f"Job {item.job_id} ({item.name}): {runs}, {restarts}")
-        rows = [
-            [
-                str(run.index),
-                _when(run.start),
-                _when(run.end),
-                format_duration(run.elapsed_s),
-                run.state,
-                _cause(run, item.job_id, stops),
-                str(run.nodes if run.nodes is not None else "-"),
-                run.nodelist or "-",
-                "-" if run.exit_code is None else f"{run.exit_code}:{run.exit_signal or 0}",
-                "-" if run.gap_to_next_s is None else format_duration(int(run.gap_to_next_s)),
-            ]
-            for run in item.runs
-        ]
-        headers = [
-            "RUN",
-            "START",
-            "END",
-            "ELAPSED",
-            "STATE",
-            "CAUSE",
-            "NODES",
-            "NODELIST",
-            "EXIT",
-            "GAP",
-        ]
-        click.echo(table(headers, rows))
+        _print_runs(item, stops)
     if ref is not None:
         _print_chain(ref, interruptions, final)
+
+
+def _job_histories(client: SlurmClient, ids: list[str]) -> list[JobHistory]:
+    """Accounting's runs of each job in ``ids``; only the first, the job named, must be there."""
+    from hpcjobs.slurm.history import job_history
+
+    histories: list[JobHistory] = []
+    for number, one in enumerate(ids):
+        try:
+            histories += job_history(client, one)
+        except SlurmError:
+            if number == 0:
+                raise  # the job the user named: say so
+            # A continuation that has not reached accounting yet.
+    return histories
+
+
+def _print_runs(item: JobHistory, stops: dict[tuple[str, int], str]) -> None:
+    """One job's heading and its table of runs."""
+    from hpcjobs.slurm.parse import format_duration
+    from hpcjobs.texttable import table
+
+    runs = "1 run" if len(item.runs) == 1 else f"{len(item.runs)} runs"
+    restarts = "1 restart" if item.restarts == 1 else f"{item.restarts} restarts"
+    click.echo(f"Job {item.job_id} ({item.name}): {runs}, {restarts}")
+    rows = [
+        [
+            str(run.index),
+            _when(run.start),
+            _when(run.end),
+            format_duration(run.elapsed_s),
+            run.state,
+            _cause(run, item.job_id, stops),
+            str(run.nodes if run.nodes is not None else "-"),
+            run.nodelist or "-",
+            "-" if run.exit_code is None else f"{run.exit_code}:{run.exit_signal or 0}",
+            "-" if run.gap_to_next_s is None else format_duration(int(run.gap_to_next_s)),
+        ]
+        for run in item.runs
+    ]
+    headers = [
+        "RUN",
+        "START",
+        "END",
+        "ELAPSED",
+        "STATE",
+        "CAUSE",
+        "NODES",
+        "NODELIST",
+        "EXIT",
+        "GAP",
+    ]
+    click.echo(table(headers, rows))
 
 
 def _when(value: datetime | None) -> str:
@@ -190,21 +202,14 @@ def _step(item: dict[str, Any], key: str) -> str:
 
 
 def _stops_by_run(ref: ChainRef | None) -> dict[tuple[str, int], str]:
-    """(job id, run index) -> why hpcjobs stopped that run, from the chain's event log."""
-    stops: dict[tuple[str, int], str] = {}
+    """(job id, run index) -> why hpcjobs stopped that run, from the chain's event log
+    (:meth:`hpcjobs.contract.eventlog.Chain.stops`)."""
     if ref is None:
-        return stops
-    events = ref.chain.events
-    for event in events:
-        if is_growth(event):
-            stops[(event.job_id, event.restart)] = f"{event.cause} ({event.detail})"
-        if event.event != "requeue" or event.text("how") == IN_JOB:
-            continue  # a run that went on inside its job did not stop there
-        stops[(event.stopped_job, event.stopped_run)] = f"{event.cause} ({event.detail})"
-    last = events[-1] if events else None
-    if last is not None and last.event == "end":
-        stops.setdefault((last.job_id, last.restart), f"{last.cause}: {last.detail}")
-    return stops
+        return {}
+    return {
+        key: f"{e.cause}: {e.detail}" if e.event == "end" else f"{e.cause} ({e.detail})"
+        for key, e in ref.chain.stops().items()
+    }
 
 
 def _cause(run: Run, job_id: str, stops: dict[tuple[str, int], str]) -> str:

@@ -1,6 +1,6 @@
 """Field types and validators shared by the site config's models and the job spec.
 
-Each wraps the one rule in :mod:`hpcjobs.safetext` or :mod:`hpcjobs.slurm.slurmtime`, so a
+Each wraps the one rule in :mod:`hpcjobs.safetext` or :mod:`hpcjobs.contract.slurmtime`, so a
 site config and a job file refuse the same text the same way. What differs between the two on
 purpose stays in its own module: the job spec refuses the variable names hpcjobs manages
 (``script/jobspec.py``), and a site config accepts YAML numbers for NCCL values (``models.py``).
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_core import PydanticUndefined, core_schema
 
+from hpcjobs.contract.slurmtime import parse_slurm_time
 from hpcjobs.safetext import MAX_COUNT, check_safe, check_signal_name, int_checker
-from hpcjobs.slurm.slurmtime import parse_slurm_time
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler

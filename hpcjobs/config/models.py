@@ -29,6 +29,7 @@ from hpcjobs.config.fields import (
 )
 from hpcjobs.config.launchers import Launcher
 from hpcjobs.config.signatures import check_ere
+from hpcjobs.contract.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError
 from hpcjobs.safetext import (
     check_env_name,
@@ -36,7 +37,6 @@ from hpcjobs.safetext import (
     check_not_option,
     check_pattern,
 )
-from hpcjobs.slurm.slurmtime import parse_slurm_time
 
 #: Placeholders that ``slurm.output_dir`` may use.
 OUTPUT_DIR_PLACEHOLDERS = frozenset({"job_name", "user", "site", "partition"})

@@ -14,8 +14,8 @@ from pydantic import ValidationError
 from hpcjobs.config.models import Partition, Topology
 from hpcjobs.config.ncclvars import DEBUG_NCCL_VARS, KNOWN_NCCL_VARS, QUIET_DEBUG_LEVELS
 from hpcjobs.config.problems import KeyPath, Severity, suggest
+from hpcjobs.contract.slurmtime import parse_slurm_time
 from hpcjobs.safetext import env_name_problem
-from hpcjobs.slurm.slurmtime import parse_slurm_time
 
 
 class Finding(NamedTuple):

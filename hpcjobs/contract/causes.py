@@ -6,6 +6,8 @@ history`` and ``hpcjobs report`` all take their names from here (docs/requeue.md
 
 from __future__ import annotations
 
+from .slurmstates import base_state
+
 PREEMPTION = "preemption"
 TIMEOUT = "timeout"
 NODE_FAILURE = "node_failure"
@@ -51,5 +53,4 @@ RESIZING = "RESIZING"
 
 def of_slurm_state(state: str) -> str:
     """The cause a Slurm job state names ("" for none: COMPLETED, RUNNING, ...)."""
-    word = state.split(" ", 1)[0].rstrip("+") if state else ""  # sacct cuts long words with +
-    return SLURM_STATES.get(word, "")
+    return SLURM_STATES.get(base_state(state), "")

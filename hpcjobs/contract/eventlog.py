@@ -305,6 +305,22 @@ class Chain:
                 found = event.names("nodes")
         return found
 
+    def stops(self) -> dict[tuple[str, int], Event]:
+        """Why each run stopped, the one reading of it: (job id, run index) -> the event that
+        says so. A ``requeue`` names the run it ended (a standby's names its predecessor's; one
+        that runs again inside its job ended no run); a move to a grower is its run's stop; an
+        ``end`` speaks for its own run where nothing else did. A later event wins."""
+        stops: dict[tuple[str, int], Event] = {}
+        for event in self.events:
+            if is_growth(event):
+                stops[(event.job_id, event.restart)] = event
+            elif event.event == "requeue" and event.text("how") != IN_JOB:
+                stops[(event.stopped_job, event.stopped_run)] = event
+        for event in self.events:
+            if event.event == "end":
+                stops.setdefault((event.job_id, event.restart), event)
+        return stops
+
     def last_ending(self) -> Event | None:
         """The newest event that tells how a run ended (signal events may come after it)."""
         kept = [e for e in self.events if e.event != "signal"]

@@ -14,6 +14,16 @@ DONE = "DONE"
 #: The file in a checkpoint folder that names the training owning it
 #: (see :mod:`hpcjobs.jobs.checkpointclaim`).
 RUN_FILE = "RUN"
+#: What the batch script exports to every run and rank: the checkpoint folder, the warning
+#: signal's name (without ``SIG``), and the chain's first job id (set by the supervisor too).
+ENV_CHECKPOINT_DIR = "HPCJOBS_CHECKPOINT_DIR"
+ENV_SIGNAL = "HPCJOBS_SIGNAL"
+ENV_CHAIN_ROOT = "HPCJOBS_CHAIN_ROOT"
+#: What the supervisor sets for each run: how many runs of the chain came before, the node-local
+#: folder the ranks report their progress in, and the folder for copies of the ranks' output.
+ENV_RESTART_COUNT = "HPCJOBS_RESTART_COUNT"
+ENV_PROGRESS_DIR = "HPCJOBS_PROGRESS_DIR"
+ENV_CAPTURE_DIR = "HPCJOBS_CAPTURE_DIR"
 #: What the batch script exports: this job's run fingerprint, and the RUN file it must match.
 ENV_FINGERPRINT = "HPCJOBS_RUN_FINGERPRINT"
 ENV_RUN_FILE = "HPCJOBS_RUN_FILE"

@@ -1,4 +1,5 @@
-"""The Slurm commands the supervisor runs from inside the job, as argv lists.
+"""The Slurm commands the job runs (the supervisor, the node agents), as argv lists: the one
+small Slurm runner of the job side.
 
 Only the standard library: the job runs where hpcjobs may not be installed. Every call has a
 timeout; a command that the cancel's SIGTERM killed (Slurm signals every process of the job)
@@ -8,46 +9,19 @@ is run once more, so that a cancel never turns into a wrong answer.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from .causes import RESIZING
+from .slurmtext import field
 
 
 class Result(NamedTuple):
     rc: int
     out: str
     err: str
-
-
-def field(info: str, key: str) -> str:
-    """The value of ``KEY=`` in ``scontrol show`` output. The last one wins, so a job name
-    holding `` KEY=...`` cannot fake it; a key that only ends another one (NodeList in
-    ReqNodeList) does not count."""
-    found = re.findall(rf"(?:^|\s){re.escape(key)}=(\S*)", info)
-    return found[-1] if found else ""
-
-
-def epoch(text: str) -> float | None:
-    """Slurm's local ``YYYY-MM-DDTHH:MM:SS`` as epoch seconds (None for Unknown, None, "")."""
-    try:
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
-
-
-def line_value(info: str, key: str) -> str:
-    """The value of a ``KEY=`` that has a line of its own (StdOut=, StdErr=: paths may hold
-    spaces)."""
-    for line in info.splitlines():
-        stripped = line.strip()
-        if stripped.startswith(key + "=") and line[:1].isspace():
-            return stripped[len(key) + 1 :]
-    return ""
 
 
 class Slurm:

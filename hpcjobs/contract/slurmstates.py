@@ -1,8 +1,8 @@
-"""Slurm job states: which are final, which mean success, and which may turn into a requeue."""
+"""Slurm job states, the one table: which are final, which may still turn into a requeue, which
+wait for a person. Both sides read it: the supervisor (is the run it stood by for over?) and the
+submit side (is the job done?)."""
 
 from __future__ import annotations
-
-from hpcjobs.errors import EXIT_JOB_FAILED, EXIT_OK
 
 #: The job will not change any more (unless an admin requeues it).
 TERMINAL = frozenset(
@@ -29,11 +29,17 @@ HELD = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD"})
 SUCCESS = "COMPLETED"
 
 
+def base_state(state: str) -> str:
+    """The state's first word: ``CANCELLED`` of ``CANCELLED by 1000``, ``COMPLETED`` of
+    accounting's ``COMPLETED+`` (sacct cuts long words with ``+``)."""
+    return state.strip().split(" ", 1)[0].rstrip("+") if state else ""
+
+
 def is_terminal(state: str) -> bool:
-    """True if a job in ``state`` has ended."""
+    """True if a job in ``state`` (a state word) has ended."""
     return state in TERMINAL
 
 
-def exit_code_for(states: list[str] | tuple[str, ...]) -> int:
-    """The CLI exit status for jobs that ended in ``states``: 0 if all COMPLETED, else 1."""
-    return EXIT_OK if states and all(s == SUCCESS for s in states) else EXIT_JOB_FAILED
+def has_ended(state: str) -> bool:
+    """Whether ``state`` as Slurm prints it (``CANCELLED by 0``, ``COMPLETED+``) is final."""
+    return base_state(state) in TERMINAL

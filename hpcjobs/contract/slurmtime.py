@@ -1,5 +1,6 @@
-"""Slurm's time-limit syntax: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
-``D-HH:MM:SS``, and ``UNLIMITED``/``INFINITE``."""
+"""Slurm's time syntax, parsed in one place: time limits (``MM``, ``MM:SS``, ``HH:MM:SS``,
+``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``, ``UNLIMITED``/``INFINITE``) and the durations Slurm
+reports (``squeue %L``, ``sacct Elapsed``), which are the same syntax with at least one colon."""
 
 from __future__ import annotations
 
@@ -69,3 +70,16 @@ def format_slurm_time(seconds: int | None) -> str:
     minutes, secs = divmod(rest, 60)
     clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
     return f"{days}-{clock}" if days else clock
+
+
+def parse_duration(text: str) -> int | None:
+    """Seconds from a duration Slurm reports (``"1:02:03"``, ``"2-00:00:10"``, ``"0:07"``,
+    ``"00:01.500"``: fractions of seconds are dropped); None when unset (``UNLIMITED``,
+    ``NOT_SET``, ``INVALID``, "") or not a duration."""
+    value = text.strip().split(".", 1)[0]
+    if ":" not in value:
+        return None
+    try:
+        return parse_slurm_time(value)
+    except ValueError:
+        return None

@@ -1,9 +1,9 @@
 """A job's chain of runs, read from its event log, as ``history``, ``report``, ``status``,
 ``--wait`` and the executor see it.
 
-The log's format, its parser and the queries on it are :mod:`hpcjobs.runtime.supervisor.eventlog`
+The log's format, its parser and the queries on it are :mod:`hpcjobs.contract.eventlog`
 (the supervisor that writes it reads it with the same code); the file names are
-:mod:`hpcjobs.runtime.supervisor.names`. This module adds what only the submit side needs: the
+:mod:`hpcjobs.contract.names`. This module adds what only the submit side needs: the
 chain's interruptions (how each run ended and how the next one resumed), finding a job's log
 (locally or through a runner), and logging the end of a chain cancelled while pending.
 
@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcjobs.contract import eventlog, names
+from hpcjobs.contract.causes import GROW
+from hpcjobs.contract.eventlog import Event, encode, is_growth, parse
 from hpcjobs.errors import HpcJobsError
 from hpcjobs.runner import Runner
-from hpcjobs.runtime.supervisor import eventlog, names
-from hpcjobs.runtime.supervisor.causes import GROW
-from hpcjobs.runtime.supervisor.eventlog import Event, encode, is_growth, parse
 
 __all__ = [
     "NO_CHECKPOINT",

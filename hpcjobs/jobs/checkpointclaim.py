@@ -40,9 +40,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
+from hpcjobs.contract.jobenv import DONE, RUN_FILE
 from hpcjobs.errors import BadInputError, CommandError, HpcJobsError
 from hpcjobs.jobs.runidentity import fingerprint
-from hpcjobs.runtime.jobenv import DONE, RUN_FILE
 
 if TYPE_CHECKING:  # a render needs no runner: it only fingerprints the run
     from hpcjobs.runner import Result, Runner

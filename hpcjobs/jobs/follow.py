@@ -28,21 +28,26 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcjobs.errors import HpcJobsError
+from hpcjobs.contract.slurmstates import MAY_REQUEUE, SUCCESS, is_terminal
+from hpcjobs.errors import EXIT_JOB_FAILED, EXIT_OK, HpcJobsError
 from hpcjobs.runner import LocalRunner, Runner
 from hpcjobs.slurm.classify import UnknownJobError
-from hpcjobs.slurm.states import MAY_REQUEUE, exit_code_for, is_terminal
 from hpcjobs.slurm.statusquery import JobStatus, query_status
 
 if TYPE_CHECKING:
     from hpcjobs.slurm.client import SlurmClient
 
-#: A line a job script prints when a run starts; ``logs --restart N`` splits the log on it.
-#: Scripts print it as ``echo "hpcjobs: run ${SLURM_RESTART_COUNT:-0} of job $SLURM_JOB_ID"``.
 #: The state of a followed job that neither the queue nor accounting knows any more.
 GONE = "UNKNOWN"
 
+#: A line a job script prints when a run starts; ``logs --restart N`` splits the log on it.
+#: Scripts print it as ``echo "hpcjobs: run ${SLURM_RESTART_COUNT:-0} of job $SLURM_JOB_ID"``.
 RUN_MARKER = re.compile(r"^hpcjobs: run (\d+) of job \S+", re.MULTILINE)
+
+
+def exit_code_for(states: list[str]) -> int:
+    """The exit status for jobs that ended in ``states``: 0 if all COMPLETED, else 1."""
+    return EXIT_OK if states and all(s == SUCCESS for s in states) else EXIT_JOB_FAILED
 
 
 @dataclass(frozen=True)

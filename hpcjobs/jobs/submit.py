@@ -55,8 +55,8 @@ def claim_folder(
     ``runner`` then, so that a dry run that never asks builds none)."""
 
     def queued(job_ids: list[str]) -> bool | None:
+        from hpcjobs.contract.slurmstates import is_terminal
         from hpcjobs.slurm.backend import make_client
-        from hpcjobs.slurm.states import is_terminal
         from hpcjobs.slurm.statusquery import query_status
 
         try:

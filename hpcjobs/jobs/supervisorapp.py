@@ -1,4 +1,6 @@
-"""The job's supervisor as one file: a zipapp of :mod:`hpcjobs.runtime.supervisor`.
+"""The job's supervisor as one file: a zipapp of :mod:`hpcjobs.runtime.supervisor` and the
+contract it shares with the submit side, :mod:`hpcjobs.contract` (under an ``hpcjobs`` package
+that holds nothing else).
 
 ``hpcjobs submit`` writes it next to the job's output, at :func:`supervisor_path`, and the
 batch script runs it with the site's ``python3``: nothing of hpcjobs has to be installed on the
@@ -17,9 +19,9 @@ import functools
 import hashlib
 from pathlib import Path
 
+from hpcjobs.contract import names
 from hpcjobs.errors import BadInputError
 from hpcjobs.jobs.records import FileStore, LocalFiles
-from hpcjobs.runtime.supervisor import names
 
 #: Where supervisors are kept, under a job's output folder.
 FOLDER = names.SUPPORT_DIR
@@ -29,18 +31,33 @@ _MAIN = f"import sys\n\nfrom {PACKAGE}.cli import main\n\nsys.exit(main(sys.argv
 _STAMP = (1980, 1, 1, 0, 0, 0)
 
 
+#: The ``hpcjobs`` package inside the archive: the contract only.
+_CONTRACT_ROOT = b'"""hpcjobs, as the job\'s supervisor carries it: the contract only."""\n'
+
+
 @functools.cache
 def _entries() -> tuple[tuple[str, bytes], ...]:
-    """The archive's entries, in order: its ``__main__.py``, then the package's modules."""
+    """The archive's entries, in order: its ``__main__.py``, the contract under ``hpcjobs/``,
+    then the supervisor's modules."""
+    import hpcjobs.contract as contract
     import hpcjobs.runtime.supervisor as package
 
+    shared = Path(contract.__file__).parent
     source = Path(package.__file__).parent
+    contract_modules = [
+        (f"hpcjobs/contract/{path.name}", path.read_bytes()) for path in sorted(shared.glob("*.py"))
+    ]
     modules = [
         (f"{PACKAGE}/{path.name}", path.read_bytes())
         for path in sorted(source.glob("*.py"))
         if path.name != "__main__.py"
     ]
-    return (("__main__.py", _MAIN.encode()), *modules)
+    return (
+        ("__main__.py", _MAIN.encode()),
+        ("hpcjobs/__init__.py", _CONTRACT_ROOT),
+        *contract_modules,
+        *modules,
+    )
 
 
 @functools.cache

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hpcjobs.runtime.supervisor import causes
+from hpcjobs.contract import causes
 
 #: The reference measurement, and where it comes from.
 REFERENCE_MTTF_H = 7.9

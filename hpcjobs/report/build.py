@@ -28,14 +28,13 @@ from hpcjobs.report.goodput import (
 )
 from hpcjobs.report.money import Rate, chain_cost
 from hpcjobs.runtime.progress import Report
-from hpcjobs.runtime.supervisor.eventlog import IN_JOB, is_growth
 from hpcjobs.slurm.usage import RunUsage
 
 if TYPE_CHECKING:
+    from hpcjobs.contract.eventlog import Event
     from hpcjobs.jobs.chain import Chain, ChainRef
     from hpcjobs.report.gpu import GpuSummary
     from hpcjobs.runner import Runner
-    from hpcjobs.runtime.supervisor.eventlog import Event
     from hpcjobs.slurm.client import SlurmClient
 
 #: Where a run's GPU count came from.
@@ -335,8 +334,42 @@ def chain_report(
     runs = _runs(rows, requested_gpus, now, notes)
     if chain is not None:
         _mark_from_events(runs, chain)
-    # Goodput from the lowest rank that reported (every rank steps together in data parallel
-    # training); step times from every rank.
+    has_progress = _split_runs(runs, chain, progress)
+    if not has_progress:
+        notes.append(NO_PROGRESS)
+    if gpu is None and any(run.gpus > 0 for run in runs):
+        notes.append(NO_TELEMETRY)
+    if runs and all(run.cpu_efficiency is None for run in runs):
+        notes.append(NO_CPU_ACCOUNTING)
+    gaps = [max(0.0, b.start - a.end) for a, b in pairwise(runs)]
+    stops = chain.interruptions() if chain is not None else []
+    lost = [s.steps_lost for s in stops if s.steps_lost is not None]
+    unknown = sum(1 for s in stops if s.loss_unknown)
+    final = chain.final if chain is not None else None
+    name = rows[-1].name if rows else ""
+    return ChainReport(
+        root=root,
+        name=name,
+        job_ids=ids,
+        runs=runs,
+        result=None if final is None else f"{final.cause}: {final.detail}",
+        queue_wait_s=_queue_wait(usage, ids[0], runs),
+        gaps_s=gaps,
+        interruptions=[s.to_dict() for s in stops],
+        progress=dict(progress),
+        steps_lost_event_log=sum(lost) if stops and (lost or not unknown) else None,
+        gpu=gpu,
+        notes=notes,
+        rates=dict(rates or {}),
+        stops_with_unknown_loss=unknown,
+    )
+
+
+def _split_runs(
+    runs: list[RunReport], chain: Chain | None, progress: Mapping[int, list[Report]]
+) -> bool:
+    """Set each run's parts from the lowest reporting rank; whether any rank reported."""
+    # Every rank steps together in data parallel training: one rank's reports give goodput.
     reference = progress[min(progress)] if progress else []
     has_progress = bool(reference)
     per_run = assign_reports(reference, [(_begin(r, chain), r.end) for r in runs])
@@ -356,38 +389,15 @@ def chain_report(
         stepped = [r.step for r in reports if r.step is not None]
         if stepped:
             reached = max(stepped) if reached is None else max(reached, *stepped)
-    if not has_progress:
-        notes.append(NO_PROGRESS)
-    if gpu is None and any(run.gpus > 0 for run in runs):
-        notes.append(NO_TELEMETRY)
-    if runs and all(run.cpu_efficiency is None for run in runs):
-        notes.append(NO_CPU_ACCOUNTING)
-    first = next((u for u in usage if u.job_id == ids[0] and u.submit), None)
-    queue_wait = None
+    return has_progress
+
+
+def _queue_wait(usage: Sequence[RunUsage], first_id: str, runs: list[RunReport]) -> float | None:
+    """How long the chain's first job waited in the queue before its first run started."""
+    first = next((u for u in usage if u.job_id == first_id and u.submit), None)
     if first is not None and first.submit and runs:
-        queue_wait = max(0.0, runs[0].start - first.submit.timestamp())
-    gaps = [max(0.0, b.start - a.end) for a, b in pairwise(runs)]
-    stops = chain.interruptions() if chain is not None else []
-    lost = [s.steps_lost for s in stops if s.steps_lost is not None]
-    unknown = sum(1 for s in stops if s.loss_unknown)
-    final = chain.final if chain is not None else None
-    name = rows[-1].name if rows else ""
-    return ChainReport(
-        root=root,
-        name=name,
-        job_ids=ids,
-        runs=runs,
-        result=None if final is None else f"{final.cause}: {final.detail}",
-        queue_wait_s=queue_wait,
-        gaps_s=gaps,
-        interruptions=[s.to_dict() for s in stops],
-        progress=dict(progress),
-        steps_lost_event_log=sum(lost) if stops and (lost or not unknown) else None,
-        gpu=gpu,
-        notes=notes,
-        rates=dict(rates or {}),
-        stops_with_unknown_loss=unknown,
-    )
+        return max(0.0, runs[0].start - first.submit.timestamp())
+    return None
 
 
 def _runs(
@@ -441,22 +451,18 @@ def _runs(
 
 
 def _mark_from_events(runs: list[RunReport], chain: Chain) -> None:
-    """Each run's warning signal and why it ended, from the event log."""
+    """Each run's warning signal and why it ended (:meth:`Chain.stops`), from the event log."""
+    signals: dict[tuple[str, int], float] = {}
     for event in chain.events:
-        for run in runs:
-            if event.event == "signal" and (event.job_id, event.restart) == (run.job_id, run.index):
-                if run.signal_at is None:
-                    run.signal_at = event.time
-            elif (
-                event.event == "requeue"
-                and (event.stopped_job, event.stopped_run) == (run.job_id, run.index)
-                and event.text("how") != IN_JOB  # the run went on inside its job
-            ):
-                run.cause = event.cause
-            elif is_growth(event) and (event.job_id, event.restart) == (run.job_id, run.index):
-                run.cause = event.cause  # it made way for its grower
-            elif event.event == "end" and (event.job_id, event.restart) == (run.job_id, run.index):
-                run.cause = run.cause or f"{event.cause}: {event.detail}"
+        if event.event == "signal":
+            signals.setdefault((event.job_id, event.restart), event.time)
+    stops = chain.stops()
+    for run in runs:
+        key = (run.job_id, run.index)
+        run.signal_at = signals.get(key, run.signal_at)
+        stop = stops.get(key)
+        if stop is not None:
+            run.cause = f"{stop.cause}: {stop.detail}" if stop.event == "end" else stop.cause
 
 
 def _starts(run: RunReport, chain: Chain | None) -> list[Event]:

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from hpcjobs.contract import names
 from hpcjobs.report.folder import read_files
 from hpcjobs.runner import Runner
-from hpcjobs.runtime.supervisor import names
 from hpcjobs.textlines import split_lines
 
 #: A GPU whose mean utilisation stays below this (percent) sat idle.
 IDLE_UTIL = 5.0
-# The fields and their order: hpcjobs.runtime.jobenv.GPU_QUERY, which the renderer hands
+# The fields and their order: hpcjobs.contract.jobenv.GPU_QUERY, which the renderer hands
 # to the batch script's sampler.
 
 

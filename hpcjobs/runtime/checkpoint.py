@@ -36,8 +36,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR, write_atomic
+from hpcjobs.contract.jobenv import (
+    DONE,
+    ENV_CHECKPOINT_DIR,
+    ENV_FINGERPRINT,
+    ENV_PROGRESS_DIR,
+    ENV_RESTART_COUNT,
+    ENV_RUN_FILE,
+)
 from hpcjobs.errors import BadInputError
-from hpcjobs.runtime.jobenv import DONE, ENV_FINGERPRINT, ENV_RUN_FILE
 
 if TYPE_CHECKING:
     from hpcjobs.runtime.progress import ProgressWriter
@@ -46,9 +53,6 @@ log = logging.getLogger(__name__)
 
 COMPLETE = "COMPLETE"
 PROGRESS = "PROGRESS"
-ENV_DIR = "HPCJOBS_CHECKPOINT_DIR"
-#: The folder of per-rank progress reports (contract: :mod:`hpcjobs.runtime.progress`).
-ENV_PROGRESS_DIR = "HPCJOBS_PROGRESS_DIR"
 _STEP_RE = re.compile(r"^step-(\d{9,})$")
 _TMP_RE = re.compile(r"^step-(\d{9,})\.tmp-")
 #: Temporary folders younger than this may belong to a save still in progress elsewhere.
@@ -86,10 +90,10 @@ class CheckpointDir:
     @classmethod
     def from_env(cls, *, keep: int = 3, default: str | None = None) -> CheckpointDir:
         """The folder named by ``$HPCJOBS_CHECKPOINT_DIR`` (or ``default``)."""
-        value = os.environ.get(ENV_DIR) or default
+        value = os.environ.get(ENV_CHECKPOINT_DIR) or default
         if not value:
             raise BadInputError(
-                f"{ENV_DIR} is not set",
+                f"{ENV_CHECKPOINT_DIR} is not set",
                 hint="run under 'hpcjobs submit --checkpoint-dir DIR', or pass a folder",
             )
         return cls(value, keep=keep)
@@ -185,7 +189,7 @@ class CheckpointDir:
             "step": step,
             "time": time.time(),
             "job_id": os.environ.get("SLURM_JOB_ID"),
-            "restart": os.environ.get("HPCJOBS_RESTART_COUNT"),
+            "restart": os.environ.get(ENV_RESTART_COUNT),
             "files": files,
             "meta": meta,
         }

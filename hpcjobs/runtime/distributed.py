@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from hpcjobs.contract.jobenv import PORT_BASE, PORT_SPAN
 from hpcjobs.errors import BadInputError
-from hpcjobs.runtime.jobenv import PORT_BASE, PORT_SPAN
 
 log = logging.getLogger(__name__)
 

@@ -43,6 +43,8 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from hpcjobs.contract.jobenv import ENV_CHECKPOINT_DIR, ENV_PROGRESS_DIR, ENV_RESTART_COUNT
+
 if TYPE_CHECKING:
     from hpcjobs.runtime.checkpoint import CheckpointDir
 
@@ -200,10 +202,10 @@ def main(argv: list[str]) -> int:
         return 2
     stop = _Stop()
     rank = int(os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or 0)
-    run = int(os.environ.get("HPCJOBS_RESTART_COUNT") or 0)
-    progress = os.environ.get("HPCJOBS_PROGRESS_DIR", "")
+    run = int(os.environ.get(ENV_RESTART_COUNT) or 0)
+    progress = os.environ.get(ENV_PROGRESS_DIR, "")
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
-    folder = os.environ.get("HPCJOBS_CHECKPOINT_DIR", "")
+    folder = os.environ.get(ENV_CHECKPOINT_DIR, "")
     ckpt, start, state = _start(rank, run, folder)
     if start < 0:
         return 0

@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR, write_atomic
-from hpcjobs.runtime.checkpoint import ENV_PROGRESS_DIR
-from hpcjobs.runtime.supervisor import names
+from hpcjobs.contract import names
+from hpcjobs.contract.jobenv import ENV_PROGRESS_DIR
 from hpcjobs.textlines import split_lines
 
 #: A rank's log grows to at most about this many bytes before it is thinned out.
@@ -183,7 +183,6 @@ def _append_line(path: Path, text: str) -> None:
 
 
 __all__ = [
-    "ENV_PROGRESS_DIR",
     "LOG_LIMIT",
     "ProgressWriter",
     "Report",

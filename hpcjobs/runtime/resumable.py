@@ -41,7 +41,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from hpcjobs.runtime.checkpoint import ENV_DIR, CheckpointDir, report_step
+from hpcjobs.contract.jobenv import ENV_CHECKPOINT_DIR, ENV_RESTART_COUNT
+from hpcjobs.runtime.checkpoint import CheckpointDir, report_step
 from hpcjobs.runtime.stopflag import StopFlag, initialised_dist
 from hpcjobs.runtime.supervisor.requeuerequest import request_continuation
 
@@ -155,7 +156,7 @@ class Resumable:
     @property
     def restart_count(self) -> int:
         """How many runs of this job came before this one (0 on the first run)."""
-        return _env_int("HPCJOBS_RESTART_COUNT", "SLURM_RESTART_COUNT")
+        return _env_int(ENV_RESTART_COUNT, "SLURM_RESTART_COUNT")
 
     def note_progress(self, step: int) -> None:
         """Record the last step reached (call it on every rank; cheap enough for every step).
@@ -213,7 +214,7 @@ def checkpoint_folder(default: str = "checkpoints") -> Path:
     ``$HPCJOBS_CHECKPOINT_DIR`` inside hpcjobs jobs; ``<folder>/checkpoints/<job id>`` under
     plain submitit (``$SUBMITIT_FOLDER``); else ``default``.
     """
-    value = os.environ.get(ENV_DIR)
+    value = os.environ.get(ENV_CHECKPOINT_DIR)
     if value:
         return Path(value)
     folder = os.environ.get("SUBMITIT_FOLDER")

@@ -24,11 +24,11 @@ import time
 from types import FrameType
 from typing import Any
 
+from hpcjobs.contract.jobenv import ENV_SIGNAL
 from hpcjobs.safetext import check_signal_name
 
 log = logging.getLogger(__name__)
 
-ENV_SIGNAL = "HPCJOBS_SIGNAL"
 DEFAULT_SIGNAL = "USR2"
 
 

@@ -30,6 +30,7 @@ from hpcjobs.config.fields import (
 )
 from hpcjobs.config.launchers import LAUNCHERS, Launcher
 from hpcjobs.config.models import MaxRequeues, Partition, SiteConfig
+from hpcjobs.contract.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError
 from hpcjobs.logger import logger
 from hpcjobs.safetext import (
@@ -41,7 +42,6 @@ from hpcjobs.safetext import (
     check_signal_name,
     parse_int,
 )
-from hpcjobs.slurm.slurmtime import parse_slurm_time
 
 #: Causes a requeue budget is kept for: the fields of the site config's ``max_requeues``.
 REQUEUE_CAUSES: tuple[str, ...] = tuple(MaxRequeues.model_fields)
@@ -607,7 +607,7 @@ def _short_time_hint(signal: str, lead: int, time_s: int) -> str:
     Slurm may send the warning up to :data:`SIGNAL_EARLY_S` before the lead, so the job needs
     more than ``lead + 60`` s; a lead should be at least the checkpoint time + 60 s.
     """
-    from hpcjobs.slurm.slurmtime import format_slurm_time
+    from hpcjobs.contract.slurmtime import format_slurm_time
 
     # A minute of work before the earliest signal, in whole minutes (Slurm's resolution).
     example = -(-(lead + 2 * SIGNAL_EARLY_S) // 60) * 60

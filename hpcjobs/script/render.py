@@ -14,22 +14,24 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from hpcjobs.config.models import Partition, SiteConfig, Topology
-from hpcjobs.errors import BadInputError
-from hpcjobs.jobs.runidentity import fingerprint, run_identity
-from hpcjobs.jobs.supervisorapp import supervisor_path
-from hpcjobs.runtime.jobenv import (
+from hpcjobs.contract.jobenv import (
+    ENV_CHECKPOINT_DIR,
     ENV_FINGERPRINT,
     ENV_GPU_INTERVAL,
     ENV_GPU_QUERY,
     ENV_RUN_FILE,
+    ENV_SIGNAL,
     GPU_QUERY,
     PORT_BASE,
     PORT_SPAN,
     RUN_FILE,
 )
+from hpcjobs.contract.names import ENV_OUTPUT_DIR
+from hpcjobs.errors import BadInputError
+from hpcjobs.jobs.runidentity import fingerprint, run_identity
+from hpcjobs.jobs.supervisorapp import supervisor_path
 from hpcjobs.runtime.supervisor.cli import ENV_PYTHON
 from hpcjobs.runtime.supervisor.deliver import ENV_PROGRAM, ENV_TOKEN
-from hpcjobs.runtime.supervisor.names import ENV_OUTPUT_DIR
 from hpcjobs.script.binding import BindingPlan, plan_binding
 from hpcjobs.script.jobspec import JobSpec, Where, resolve_spec
 from hpcjobs.script.sbatchopts import check_sbatch_options, is_first_submission_only
@@ -255,8 +257,8 @@ def _context(
     ]
     hpcjobs_env = [
         EnvVar(ENV_OUTPUT_DIR, job.output_dir or "", "hpcjobs"),
-        EnvVar("HPCJOBS_CHECKPOINT_DIR", job.checkpoint_dir or "", "hpcjobs"),
-        EnvVar("HPCJOBS_SIGNAL", job.requeue.signal or "", "hpcjobs"),
+        EnvVar(ENV_CHECKPOINT_DIR, job.checkpoint_dir or "", "hpcjobs"),
+        EnvVar(ENV_SIGNAL, job.requeue.signal or "", "hpcjobs"),
         EnvVar(ENV_GPU_INTERVAL, str(_gpu_interval(job, site)), "hpcjobs"),
         EnvVar(ENV_GPU_QUERY, GPU_QUERY, "hpcjobs"),
         EnvVar(ENV_FINGERPRINT, run_print, "hpcjobs"),
@@ -381,7 +383,7 @@ def _per_task_checkpoints(env: list[EnvVar]) -> list[EnvVar]:
     """``HPCJOBS_CHECKPOINT_DIR`` with one sub-folder per array task, expanded at run time."""
     out = []
     for var in env:
-        if var.name == "HPCJOBS_CHECKPOINT_DIR" and var.value:
+        if var.name == ENV_CHECKPOINT_DIR and var.value:
             var = EnvVar(var.name, Raw(quote(f"{var.value}/task-") + _ARRAY_TASK), var.origin)
         out.append(var)
     return out

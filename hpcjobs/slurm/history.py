@@ -1,7 +1,7 @@
 """Every run of a job, from ``sacct --duplicates``, and why each run ended.
 
 A requeued job keeps its id; accounting keeps one record per run. Each run ends for a cause of
-the one vocabulary (:mod:`hpcjobs.runtime.supervisor.causes`: ``preemption``, ``timeout``,
+the one vocabulary (:mod:`hpcjobs.contract.causes`: ``preemption``, ``timeout``,
 ``node_failure``, ``application``, ``cancelled``), or it was ``requeued`` (``scontrol
 requeue``; ``requeued_by_hpcjobs`` when hpcjobs asked for it), or it ``completed``; the current
 run is ``running`` or ``pending``. Between two runs lies the gap the job spent waiting to run
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from hpcjobs.runtime.supervisor import causes
+from hpcjobs.contract import causes
 from hpcjobs.slurm import parse
 from hpcjobs.slurm.classify import UnknownJobError
 from hpcjobs.slurm.client import check_job_ids

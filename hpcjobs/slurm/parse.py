@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
-from hpcjobs.runtime.supervisor.causes import RESIZING
-from hpcjobs.slurm.slurmtime import format_slurm_time, parse_slurm_time
+from hpcjobs.contract import slurmstates
+from hpcjobs.contract.causes import RESIZING
+from hpcjobs.contract.slurmtime import format_slurm_time, parse_duration
 from hpcjobs.textlines import split_lines
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_./:]*)=")
@@ -367,25 +368,10 @@ def resized_overlap(earlier_end: datetime | None, later_start: datetime | None) 
 
 
 def base_state(state: str) -> tuple[str, str | None]:
-    """``("CANCELLED", "0")`` from ``"CANCELLED by 0"``; other states come back unchanged."""
-    state = state.strip()
-    head, sep, by = state.partition(" by ")
-    head = head.rstrip("+").strip()
-    return head, (by.strip() or None) if sep else None
-
-
-def parse_duration(text: str) -> int | None:
-    """Seconds from a duration Slurm reports (``"1:02:03"``, ``"2-00:00:10"``, ``"0:07"``,
-    ``"00:01.500"``); None when unset or not a duration. Slurm's time syntax is parsed in one
-    place, :func:`hpcjobs.slurm.slurmtime.parse_slurm_time`; fractions of seconds are dropped.
-    """
-    value = text.strip().split(".", 1)[0]
-    if ":" not in value:
-        return None
-    try:
-        return parse_slurm_time(value)
-    except ValueError:
-        return None
+    """``("CANCELLED", "0")`` from ``"CANCELLED by 0"``: the state word
+    (:func:`hpcjobs.contract.slurmstates.base_state`) and who cancelled, if Slurm says."""
+    _head, sep, by = state.strip().partition(" by ")
+    return slurmstates.base_state(state), (by.strip() or None) if sep else None
 
 
 def parse_timestamp(text: str) -> datetime | None:

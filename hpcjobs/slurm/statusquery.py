@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from hpcjobs.contract.slurmstates import is_terminal
 from hpcjobs.slurm import parse
 from hpcjobs.slurm.classify import AccountingDisabledError
-from hpcjobs.slurm.states import is_terminal
 
 if TYPE_CHECKING:
     from hpcjobs.slurm.client import SlurmClient

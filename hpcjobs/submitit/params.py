@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hpcjobs.contract.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError
 from hpcjobs.safetext import MAX_COUNT, check_int, require_safe
-from hpcjobs.slurm.slurmtime import parse_slurm_time
 
 #: Executor parameters and what each one sets (defaults in parentheses).
 PARAMETERS: dict[str, str] = {

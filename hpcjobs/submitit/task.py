@@ -15,10 +15,11 @@ from pathlib import Path
 from types import FrameType
 
 from hpcjobs.atomicfile import PRIVATE
+from hpcjobs.contract import names
+from hpcjobs.contract.jobenv import ENV_CHAIN_ROOT
 from hpcjobs.jobs.chain import chain_file, read_chain
 from hpcjobs.runtime.resumable import Interrupted, Resumable
 from hpcjobs.runtime.stopflag import signal_from_env
-from hpcjobs.runtime.supervisor import names
 from hpcjobs.runtime.supervisor.sigsafe import to_stderr
 from hpcjobs.submitit.compat import slurm as submitit_slurm
 from hpcjobs.submitit.compat import utils
@@ -49,7 +50,7 @@ def run_task(folder: str | os.PathLike[str]) -> None:
     paths = utils.JobPaths(base, job_id=job_id, task_id=rank)
     redirect_output(paths.stdout, paths.stderr)
     _setup_logging(rank)
-    root = os.environ.get("HPCJOBS_CHAIN_ROOT") or job_id
+    root = os.environ.get(ENV_CHAIN_ROOT) or job_id
     if root != job_id:
         previous = previous_run(base, root, job_id)
         link_pickle(paths.submitted_pickle, base / f"{previous}_submitted.pkl")

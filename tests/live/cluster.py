@@ -12,10 +12,10 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 
+from hpcjobs.contract.names import progress_dir
 from hpcjobs.jobs.chain import Chain, chain_file, read_chain
 from hpcjobs.runner import LocalRunner
 from hpcjobs.runtime.checkpoint import CheckpointDir
-from hpcjobs.runtime.supervisor.names import progress_dir
 from hpcjobs.sandbox.cluster import OTHER_USER
 from tests.live.waiting import wait_for
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpcjobs.config.loader import load_site
+from hpcjobs.contract.jobenv import RUN_FILE
 from hpcjobs.errors import BadInputError
 from hpcjobs.jobs.checkpointclaim import (
     FolderState,
@@ -19,7 +20,6 @@ from hpcjobs.jobs.checkpointclaim import (
 from hpcjobs.jobs.records import LocalFiles
 from hpcjobs.jobs.runidentity import fingerprint, run_identity
 from hpcjobs.runner import LocalRunner
-from hpcjobs.runtime.jobenv import RUN_FILE
 from hpcjobs.script.jobspec import Where, parse_spec
 from hpcjobs.script.render import render_job
 from tests.eventlines import events_in

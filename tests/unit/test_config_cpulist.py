@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpcjobs.config.cpulist import format_cpulist, parse_cpulist
-from hpcjobs.slurm.slurmtime import format_slurm_time, parse_slurm_time
+from hpcjobs.contract.slurmtime import format_slurm_time, parse_slurm_time
 
 
 @pytest.mark.parametrize(

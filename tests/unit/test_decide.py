@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from hpcjobs.runtime.supervisor.causes import CANCELLED, FINISHED
+from hpcjobs.contract.causes import CANCELLED, FINISHED
 from hpcjobs.runtime.supervisor.decide import (
     EndFacts,
     Stall,
@@ -18,9 +18,7 @@ from hpcjobs.runtime.supervisor.decide import (
     exit_code,
     exit_rule,
     find_stall,
-    has_ended,
     requeue_cause,
-    seconds,
     standby_cause,
 )
 
@@ -232,52 +230,6 @@ def test_find_stall_never_judges_a_rank_still_advancing() -> None:
 
 
 # ---- Slurm's words ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("1-02:03:04", 93784),
-        ("02:03:04", 7384),
-        ("3:04", 184),
-        ("59", 59),
-        ("0:00", 0),
-        (" 10:00\n", 600),
-        ("UNLIMITED", None),
-        ("NOT_SET", None),
-        ("INVALID", None),
-        ("", None),
-        ("1:2:3:4", None),
-        ("1-x:00", None),
-    ],
-)
-def test_seconds(text: str, value: int | None) -> None:
-    assert seconds(text) == value
-
-
-@pytest.mark.parametrize(
-    ("state", "ended"),
-    [
-        ("", False),
-        ("RUNNING", False),
-        ("PENDING", False),
-        ("COMPLETING", False),
-        ("SUSPENDED", False),
-        ("REQUEUED", False),
-        ("REQUEUE_HOLD", False),
-        ("SIGNALING", False),
-        ("STAGE_OUT", False),
-        ("COMPLETED", True),
-        ("CANCELLED by 1000", True),
-        ("NODE_FAIL", True),
-        ("PREEMPTED", True),
-        ("TIMEOUT", True),
-        ("FAILED", True),
-        ("BOOT_FAIL", True),
-    ],
-)
-def test_has_ended(state: str, ended: bool) -> None:
-    assert has_ended(state) is ended
 
 
 @pytest.mark.parametrize(

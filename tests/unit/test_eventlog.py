@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from hpcjobs.jobs.chain import parse_chain
-from hpcjobs.runtime.supervisor.eventlog import (
+from hpcjobs.contract.eventlog import (
     FIELDS,
     FORMAT,
     HOWS,
+    Chain,
     ChainView,
     Event,
     EventLog,
     encode,
     parse,
 )
+from hpcjobs.jobs.chain import parse_chain
 from tests.eventlines import line
 
 DOCS = Path(__file__).parents[2] / "docs" / "requeue.md"
@@ -153,3 +154,25 @@ def test_the_chain_view_reads_only_what_was_added(tmp_path: Path) -> None:
     path.rename(tmp_path / "old")
     path.write_text(line("9", "start", checkpoint=3) * 2)
     assert [e.job_id for e in view.current().events] == ["9", "9"]
+
+
+def test_why_each_run_stopped_is_read_one_way() -> None:
+    """A requeue names the run it ended (a standby's names its predecessor's), a run that went
+    on inside its job stopped nothing, a move to a grower stops its run, an end speaks for its
+    own run where nothing else did."""
+    chain = Chain(
+        parse(
+            line("5", "start", checkpoint=-1)
+            + line("5", "requeue", "stall", "again", how="in_job", stopped_run=0)
+            + line("6", "requeue", "node_failure", "took over", how="took_over",
+                   next="6", stopped_job="5")
+            + line("6", "handoff", "grow", "continued as job 7", next="7", nodes=[])
+            + line("7", "end", "finish", "completed")
+        )
+    )  # fmt: skip
+    stops = {key: (e.event, e.cause) for key, e in chain.stops().items()}
+    assert stops == {
+        ("5", 0): ("requeue", "node_failure"),
+        ("6", 0): ("handoff", "grow"),
+        ("7", 0): ("end", "finish"),
+    }

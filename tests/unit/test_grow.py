@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcjobs.runtime.supervisor import decide, grow, names
-from hpcjobs.runtime.supervisor.eventlog import Chain, Event, parse
+from hpcjobs.contract import names
+from hpcjobs.contract.eventlog import Chain, Event, parse
+from hpcjobs.contract.slurmcmd import Result
+from hpcjobs.runtime.supervisor import decide, grow
 from hpcjobs.runtime.supervisor.policy import Policy
-from hpcjobs.runtime.supervisor.slurm import Result
 from hpcjobs.runtime.supervisor.state import FINISH
 from hpcjobs.runtime.supervisor.successor import successor_args, successor_env
 from hpcjobs.runtime.supervisor.supervise import Supervisor

@@ -89,7 +89,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 
 def test_the_output_folder_has_one_variable() -> None:
-    from hpcjobs.runtime.supervisor import names
+    from hpcjobs.contract import names
 
     assert names.output_dir({"HPCJOBS_RUN_DIR": "/old"}) == ""
     assert names.output_dir({"HPCJOBS_JOB_OUTPUT_DIR": "/new"}) == "/new"

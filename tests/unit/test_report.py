@@ -270,7 +270,7 @@ def test_the_sampler_asks_for_the_fields_the_parser_reads(tmp_path: Path) -> Non
     import sys
 
     from hpcjobs.config.loader import load_site
-    from hpcjobs.runtime.jobenv import GPU_QUERY
+    from hpcjobs.contract.jobenv import GPU_QUERY
     from hpcjobs.runtime.supervisor.policy import Policy
     from hpcjobs.runtime.supervisor.supervise import Supervisor
     from hpcjobs.script.jobspec import parse_spec

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcjobs.config.models import MaxRequeues
-from hpcjobs.runtime.supervisor import decide as supervisor_decide
+from hpcjobs.contract.slurmtime import parse_duration
 from hpcjobs.runtime.supervisor.policy import Policy, parse
 from hpcjobs.runtime.supervisor.supervise import Supervisor
 from tests.eventlines import events_in, kinds, line
@@ -374,10 +374,10 @@ def test_begin_exits_when_done(tmp_path: Path, capfd: pytest.CaptureFixture[str]
     assert "already finished" in err
 
 
-def test_seconds() -> None:
-    got = [supervisor_decide.seconds(t) for t in ("1-02:03:04", "02:03:04", "3:04", "59")]
+def test_time_left_is_read_with_slurms_one_duration_parser() -> None:
+    got = [parse_duration(t) for t in ("1-02:03:04", "02:03:04", "3:04", "0:59")]
     assert got == [93784, 7384, 184, 59]
-    assert supervisor_decide.seconds("UNLIMITED") is None
+    assert parse_duration("UNLIMITED") is None
 
 
 # ---- requeues Slurm did by itself (node failure, grace time over) -------------------------------
@@ -524,6 +524,6 @@ def test_event_log_done_marker_and_job_logs_are_private(tmp_path: Path) -> None:
 def test_the_reference_speaks_the_one_vocabulary_of_causes() -> None:
     """The independent reference model above names causes as the supervisor does (it leaves
     out infrastructure and stall, which tests/unit/test_decide.py and test_faults.py cover)."""
-    from hpcjobs.runtime.supervisor.causes import CANCELLED, CAUSES, FINISHED
+    from hpcjobs.contract.causes import CANCELLED, CAUSES, FINISHED
 
     assert {c.value for c in Cause} <= {*CAUSES, FINISHED, CANCELLED}

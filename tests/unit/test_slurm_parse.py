@@ -149,22 +149,6 @@ def test_scontrol_show_job_paths() -> None:
     assert job24["NodeList"] == ""
 
 
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("0:00", 0),
-        ("12:34", 754),
-        ("1:02:03", 3723),
-        ("00:01:17", 77),
-        ("2-00:00:10", 172810),
-        ("INVALID", None),
-        ("", None),
-    ],
-)
-def test_duration(text: str, seconds: int | None) -> None:
-    assert parse.parse_duration(text) == seconds
-
-
 def test_small_helpers() -> None:
     assert parse.base_state("CANCELLED by 1000") == ("CANCELLED", "1000")
     assert parse.base_state("RUNNING") == ("RUNNING", None)

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from hpcjobs.config.loader import load_site
+from hpcjobs.contract.slurmcmd import Result, Slurm
 from hpcjobs.errors import BadInputError
 from hpcjobs.runtime.supervisor import decide
 from hpcjobs.runtime.supervisor.nodes import STEPS_END_S, resize_settings
 from hpcjobs.runtime.supervisor.policy import Policy, dump, parse
-from hpcjobs.runtime.supervisor.slurm import Result, Slurm
 from hpcjobs.runtime.supervisor.supervise import Supervisor
 from hpcjobs.script.jobspec import JobSpec
 from hpcjobs.script.render import render_job

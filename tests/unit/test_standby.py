@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from hpcjobs.contract.eventlog import Event
+from hpcjobs.contract.slurmcmd import Result
 from hpcjobs.jobs.chain import Chain
-from hpcjobs.runtime.supervisor.eventlog import Event
 from hpcjobs.runtime.supervisor.policy import Policy
 from hpcjobs.runtime.supervisor.program import TERM_WAIT_S
-from hpcjobs.runtime.supervisor.slurm import Result
 from hpcjobs.runtime.supervisor.state import RUN
 from hpcjobs.runtime.supervisor.supervise import Supervisor
 from tests.eventlines import events_in, kinds, line

@@ -30,12 +30,14 @@ def test_the_same_sources_give_the_same_bytes_and_name() -> None:
     assert supervisor_path("/out") == Path("/out/.hpcjobs") / supervisor_name()
 
 
-def test_it_holds_only_the_supervisor_package() -> None:
+def test_it_holds_only_the_supervisor_package_and_the_contract() -> None:
     with zipfile.ZipFile(__import__("io").BytesIO(supervisor_app())) as archive:
         names = archive.namelist()
     assert "__main__.py" in names
-    assert all(n == "__main__.py" or n.startswith("hpcjobs_supervisor/") for n in names)
+    allowed = ("hpcjobs_supervisor/", "hpcjobs/contract/")
+    assert all(n in ("__main__.py", "hpcjobs/__init__.py") or n.startswith(allowed) for n in names)
     assert "hpcjobs_supervisor/supervise.py" in names
+    assert "hpcjobs/contract/eventlog.py" in names
 
 
 def test_written_private(tmp_path: Path) -> None:

@@ -9,10 +9,10 @@ import yaml
 
 from hpcjobs.config.loader import load_site
 from hpcjobs.config.yamlfile import parse_yaml_text
+from hpcjobs.contract.slurmtime import parse_slurm_time
 from hpcjobs.resources import site_configs_dir
 from hpcjobs.script.jobspec import Where, load_job_file, parse_spec
 from hpcjobs.script.render import render_job
-from hpcjobs.slurm.slurmtime import parse_slurm_time
 
 
 @pytest.mark.parametrize(

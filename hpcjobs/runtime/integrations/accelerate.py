@@ -20,7 +20,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from hpcjobs.runtime.checkpoint import ENV_DIR, CheckpointDir
+from hpcjobs.contract.jobenv import ENV_CHECKPOINT_DIR
+from hpcjobs.runtime.checkpoint import CheckpointDir
 
 from .link import JobLink, request_continuation
 
@@ -34,7 +35,7 @@ class Checkpoints:
     def __init__(self, accelerator: Any, folder: str | None = None, keep: int = 3) -> None:
         self.accelerator = accelerator
         self.link = JobLink()
-        root = folder or os.environ.get(ENV_DIR) or DEFAULT_DIR
+        root = folder or os.environ.get(ENV_CHECKPOINT_DIR) or DEFAULT_DIR
         self.dir = CheckpointDir(root, keep=keep)
 
     def resume(self) -> int:

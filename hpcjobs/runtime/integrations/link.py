@@ -7,9 +7,10 @@ import contextlib
 import os
 import signal
 
-from hpcjobs.runtime.checkpoint import ENV_DIR, CheckpointDir, report_step
+from hpcjobs.contract.jobenv import ENV_CHECKPOINT_DIR, ENV_SIGNAL
+from hpcjobs.runtime.checkpoint import CheckpointDir, report_step
 from hpcjobs.runtime.progress import current_rank
-from hpcjobs.runtime.stopflag import ENV_SIGNAL, StopFlag, signal_from_env
+from hpcjobs.runtime.stopflag import StopFlag, signal_from_env
 from hpcjobs.runtime.supervisor.requeuerequest import request_continuation
 
 __all__ = ["JobLink", "request_continuation"]
@@ -25,7 +26,7 @@ class JobLink:
         if os.environ.get(ENV_SIGNAL):
             with contextlib.suppress(ValueError):  # not the main thread: no warning handler
                 signal.signal(signal_from_env(), self.stop._handle)
-        folder = os.environ.get(ENV_DIR, "")
+        folder = os.environ.get(ENV_CHECKPOINT_DIR, "")
         self.checkpoints = CheckpointDir(folder) if folder else None
 
     def step(self, step: int) -> None:

@@ -41,9 +41,11 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from hpcjobs.contract.causes import NODE_FAILURE
+from hpcjobs.contract.eventlog import EventLog
+from hpcjobs.contract.slurmcmd import Slurm
+
 from . import deliver
-from .causes import NODE_FAILURE
-from .eventlog import EventLog
 
 #: The node history grows to about this many bytes before every other line is dropped.
 LOG_LIMIT = 4 << 20
@@ -149,6 +151,7 @@ class Agent:
         self.watch = watch
         self.chain_log = chain_log
         self.batch_lost = False
+        self.slurm = Slurm()
         self.fault_logged = False
         #: The signals the warning may be delivered on (:func:`.deliver.candidates`).
         self.warn_signals = list(warn)
@@ -236,16 +239,15 @@ class Agent:
         and cancel the job, so that its standby takes over; a job without a standby (an array
         task, a chain out of node failure budget) goes back to Slurm's requeue instead, and is
         cancelled only where Slurm refuses that (see the module docs)."""
-        query = ["squeue", "-h", "-j", self.job, "-o", "%T %N"]
-        words = _slurm(query)[1].split()
+        words = " ".join(self.slurm.queue_value(self.job, "%T %N")).split()
         if len(words) != 2 or words[0] != "RUNNING":
             return
-        nodes = _slurm(["scontrol", "show", "hostnames", words[1]])[1].split()
+        nodes = self.slurm.hostnames(words[1])
         if not nodes or self.watch in nodes:
             return
         log = self.event_log()
         standby = log.read().standby_for(log.job_id) if log is not None else None
-        if not standby and _slurm(["scontrol", "requeue", self.job])[0]:
+        if not standby and self.slurm.requeue(self.job):
             self.batch_lost = True
             return
         if log is not None and not self.fault_logged:
@@ -264,7 +266,7 @@ class Agent:
                 if not standby:
                     log.append("end", "fail", f"batch host {self.watch} lost; no standby")
         # Once it went through: a busy controller is asked again next cycle.
-        self.batch_lost = _slurm(["scancel", "--quiet", self.job])[0]
+        self.batch_lost = self.slurm.cancel(self.job)
 
     def event_log(self) -> EventLog | None:
         """The chain's event log, as this job writes it (None: not known)."""
@@ -406,17 +408,6 @@ class Agent:
                 os.close(fd)
         except OSError:
             pass
-
-
-def _slurm(argv: list[str]) -> tuple[bool, str]:
-    """Run a Slurm command: whether it succeeded, and its output."""
-    try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False, ""
-    return proc.returncode == 0, proc.stdout if proc.returncode == 0 else ""
 
 
 class Summary(NamedTuple):

@@ -15,11 +15,15 @@ import time
 from collections.abc import Callable, MutableMapping
 from typing import TypedDict
 
-from . import decide, frameworks, names
-from .eventlog import Chain, ChainView, EventLog
+from hpcjobs.contract import names
+from hpcjobs.contract.eventlog import Chain, ChainView, EventLog
+from hpcjobs.contract.jobenv import ENV_CHAIN_ROOT, ENV_CHECKPOINT_DIR
+from hpcjobs.contract.slurmcmd import Slurm
+from hpcjobs.contract.slurmtime import parse_duration
+
+from . import decide, frameworks
 from .policy import Policy
 from .sigsafe import to_stderr
-from .slurm import Slurm
 from .state import RunState
 from .successor import ENV_GROW_FOR, ENV_STANDBY_FOR
 from .windup import newest_checkpoint, progress_step
@@ -65,12 +69,12 @@ class RunContext:
         self.self_id = f"{array}_{task}" if array and task else self.job
         self.restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
         self.output_dir = names.output_dir(env) or os.getcwd()
-        self.root = env.get("HPCJOBS_CHAIN_ROOT", "")
+        self.root = env.get(ENV_CHAIN_ROOT, "")
         #: A standby: the job whose run it stands by for.
         self.standby_for = env.get(ENV_STANDBY_FOR, "")
         #: A grower: the job whose run below its full size it takes over from.
         self.grow_for = env.get(ENV_GROW_FOR, "")
-        self.ckpt_dir = env.get("HPCJOBS_CHECKPOINT_DIR", "")
+        self.ckpt_dir = env.get(ENV_CHECKPOINT_DIR, "")
         self.batch = env.get("SLURMD_NODENAME", "")
         self.progress_dir = ""
         self.capture_dir = ""
@@ -167,10 +171,14 @@ class RunContext:
 
     # ---- this job in Slurm -----------------------------------------------------------------
 
+    def time_left(self) -> int | None:
+        """Seconds left before this job's time limit (None when Slurm does not say)."""
+        return parse_duration((self.slurm.queue_value(self.job, "%L") or [""])[0])
+
     def time_short(self) -> bool:
         """Whether this job has too little time left for another run: one started now would
         get no warning before the time limit (False when Slurm does not say)."""
-        left = decide.seconds((self.slurm.queue_value(self.job, "%L") or [""])[0])
+        left = self.time_left()
         return left is not None and left <= self.policy.lead + decide.TIMEOUT_MARGIN_S
 
     def queue_state(self, job: str) -> str:

@@ -9,9 +9,10 @@ import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from hpcjobs.contract.eventlog import CONTINUED, SLURM_FALLBACK
+
 from . import decide
 from .context import RunContext
-from .eventlog import CONTINUED, SLURM_FALLBACK
 from .successor import successor_args, successor_env
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
-from .causes import (
+from hpcjobs.contract.causes import (
     APPLICATION,
     CANCELLED,
     FINISHED,
@@ -22,33 +22,9 @@ from .causes import (
     of_slurm_state,
 )
 
-#: Slurm states in which a job has not ended yet ('scontrol show job'; an ending job shows
-#: COMPLETING whatever ended it).
-NOT_ENDED = frozenset(
-    {
-        "",
-        "COMPLETING",
-        "RUNNING",
-        "PENDING",
-        "CONFIGURING",
-        "SUSPENDED",
-        "RESIZING",
-        "SIGNALING",
-        "STAGE_OUT",
-        "STOPPED",
-        "RESV_DEL_HOLD",
-    }
-)
-
 #: How much later than the warning lead time a warning may come and still mean "the time
 #: limit is near" (Slurm sends it within a minute of the lead time; the rest is margin).
 TIMEOUT_MARGIN_S = 120
-
-
-def has_ended(state: str) -> bool:
-    """Whether ``state`` (its first word) is a job's final state: CANCELLED, NODE_FAIL, ..."""
-    word = state.split(" ", 1)[0] if state else ""
-    return word not in NOT_ENDED and not word.startswith("REQUEUE")
 
 
 def requeue_cause(state: str, signal: str = "") -> str:
@@ -322,22 +298,3 @@ def find_stall(
         1 for r in seen if r != oldest and steps[r] == steps[oldest] and seen[r] - seen[oldest] <= 2
     )
     return Stall(oldest, steps[oldest], int(idle), tied)
-
-
-def seconds(text: str) -> int | None:
-    """Slurm's ``D-HH:MM:SS``, ``HH:MM:SS``, ``MM:SS`` or ``SS`` in seconds (None otherwise:
-    UNLIMITED, NOT_SET, empty)."""
-    text = text.strip()
-    if not text[:1].isdecimal():
-        return None
-    days = 0
-    if "-" in text:
-        head, text = text.split("-", 1)
-        if not head.isdecimal():
-            return None
-        days = int(head)
-    parts = text.split(":")
-    if not all(p.isdecimal() for p in parts) or not 1 <= len(parts) <= 3:
-        return None
-    values = [0] * (3 - len(parts)) + [int(p) for p in parts]
-    return days * 86400 + values[0] * 3600 + values[1] * 60 + values[2]

@@ -10,16 +10,17 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from . import decide
-from .causes import (
+from hpcjobs.contract.causes import (
     APPLICATION,
     CANCELLED,
     INFRASTRUCTURE,
     STALL,
 )
+from hpcjobs.contract.slurmtext import field
+
+from . import decide
 from .context import RunContext
 from .signatures import all_patterns
-from .slurm import field
 from .srunlog import first_failure, has_node_failure
 from .state import TERM, WARNING
 
@@ -143,7 +144,7 @@ class Ending:
             and not cancelled
             and (self.ctx.state.signal == WARNING or self.run.program.requested())
         ):
-            left = decide.seconds((self.ctx.slurm.queue_value(self.ctx.job, "%L") or [""])[0])
+            left = self.ctx.time_left()
         warned, summaries = self.run.agents.warned()
         if summaries:
             self.ctx.log("the warning went out as: " + "; ".join(summaries))

@@ -11,12 +11,14 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from . import decide, names
-from .causes import (
+from hpcjobs.contract import names
+from hpcjobs.contract.causes import (
     GROW,
 )
+from hpcjobs.contract.eventlog import IN_JOB
+
+from . import decide
 from .context import RunContext, private_mkdir
-from .eventlog import IN_JOB
 from .grow import GrowerLink, GrowWatch
 
 if TYPE_CHECKING:

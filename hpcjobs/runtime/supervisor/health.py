@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from . import decide
-from .causes import (
+from hpcjobs.contract.causes import (
     INFRASTRUCTURE,
 )
+
+from . import decide
 from .context import RunContext
 
 if TYPE_CHECKING:

@@ -13,7 +13,10 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from . import deliver, names
+from hpcjobs.contract import names
+from hpcjobs.contract.jobenv import ENV_GPU_INTERVAL, ENV_GPU_QUERY, ENV_PROGRESS_DIR
+
+from . import deliver
 from .agent import (
     AGENT_STEP,
     ENV_NODE_TMP,
@@ -97,7 +100,7 @@ class NodeAgents:
         self.asking, self.asked = None, False
         self.ctx.env[deliver.ENV_TOKEN] = deliver.new_token(self.ctx.job)
         # This node's folder is there before the program starts (a plain command runs here).
-        mine = self.ctx.env.get("HPCJOBS_PROGRESS_DIR", "")
+        mine = self.ctx.env.get(ENV_PROGRESS_DIR, "")
         with contextlib.suppress(OSError):
             if mine:
                 private_mkdir(mine)
@@ -105,8 +108,8 @@ class NodeAgents:
         argv += ["--every", str(agent_interval(self.ctx.policy.stall_timeout))]
         argv += ["--since", f"{time.time():.3f}"]
         argv += ["--warn", ",".join(deliver.candidates(self.ctx.policy.signal))]
-        every = self.ctx.env.get("HPCJOBS_GPU_MONITOR_INTERVAL", "0")
-        query = self.ctx.env.get("HPCJOBS_GPU_QUERY", "")
+        every = self.ctx.env.get(ENV_GPU_INTERVAL, "0")
+        query = self.ctx.env.get(ENV_GPU_QUERY, "")
         if every.isdecimal() and int(every) > 0 and query:
             folder = os.path.join(self.ctx.output_dir, names.gpu_dir(self.ctx.root))
             try:
@@ -202,6 +205,6 @@ class NodeAgents:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 agents.wait(timeout=min(again, max(0.0, deadline - time.monotonic())))
         # An agent killed before it cleaned up leaves this node's folder: it goes too.
-        shutil.rmtree(self.ctx.env.get("HPCJOBS_PROGRESS_DIR", ""), ignore_errors=True)
+        shutil.rmtree(self.ctx.env.get(ENV_PROGRESS_DIR, ""), ignore_errors=True)
         with contextlib.suppress(OSError):
             os.rmdir(self.ctx.env.get(ENV_NODE_TMP, ""))

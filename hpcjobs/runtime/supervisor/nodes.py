@@ -11,15 +11,16 @@ import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from . import decide
-from .causes import (
+from hpcjobs.contract.causes import (
     NODE_FAILURE,
 )
+from hpcjobs.contract.eventlog import IN_JOB
+from hpcjobs.contract.slurmtext import field
+
+from . import decide
 from .context import RunContext
 from .ending import STDERR_LIMIT
-from .eventlog import IN_JOB
 from .program import STEP_ID
-from .slurm import field
 from .srunlog import failed_hostlists
 
 if TYPE_CHECKING:

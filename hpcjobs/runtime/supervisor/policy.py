@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .causes import CAUSES
+from hpcjobs.contract.causes import CAUSES
 
 #: The policy format this supervisor reads.
 FORMAT = 1

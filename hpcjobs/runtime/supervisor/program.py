@@ -19,7 +19,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from . import decide, names, requeuerequest
+from hpcjobs.contract import names
+
+from . import decide, requeuerequest
 from .agent import AGENT_STEP
 from .agent import interval as agent_interval
 from .context import RunContext

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import decide
-from .causes import (
+from hpcjobs.contract.causes import (
     INFRASTRUCTURE,
     NODE_FAILURE,
 )
+from hpcjobs.contract.eventlog import TOOK_OVER
+from hpcjobs.contract.slurmstates import has_ended
+from hpcjobs.contract.slurmtext import epoch, field
+
+from . import decide
 from .context import RunContext
-from .eventlog import TOOK_OVER
-from .slurm import epoch, field
 
 if TYPE_CHECKING:
     from .supervise import Supervisor
@@ -89,10 +91,10 @@ class Standby:
         wait = self.ctx.env.get("HPCJOBS_FINAL_STATE_WAIT", "60")
         deadline = self.ctx.clock() + (int(wait) if wait.isdecimal() else 60)
         while True:
-            if decide.has_ended(state):
+            if has_ended(state):
                 return state.split(" ", 1)[0]
             state = self.ctx.slurm.acct_state(job)
-            if decide.has_ended(state):
+            if has_ended(state):
                 return state
             if self.ctx.clock() >= deadline:
                 return ""

@@ -14,7 +14,19 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from . import decide, frameworks, names
+from hpcjobs.contract import names
+from hpcjobs.contract.eventlog import CONTINUED, SLURM, SLURM_FALLBACK
+from hpcjobs.contract.jobenv import (
+    ENV_CAPTURE_DIR,
+    ENV_CHAIN_ROOT,
+    ENV_FINGERPRINT,
+    ENV_PROGRESS_DIR,
+    ENV_RESTART_COUNT,
+    ENV_RUN_FILE,
+)
+from hpcjobs.contract.slurmtext import epoch, line_value
+
+from . import decide, frameworks
 from .agent import (
     ENV_NODE_TMP,
     local_dir,
@@ -22,8 +34,6 @@ from .agent import (
     warned_file,
 )
 from .context import RunContext, private_mkdir
-from .eventlog import CONTINUED, SLURM, SLURM_FALLBACK
-from .slurm import epoch, line_value
 from .successor import ENV_GROW_FOR, ENV_STANDBY_FOR
 
 if TYPE_CHECKING:
@@ -66,7 +76,7 @@ class Start:
     def run_count(self) -> int:
         """How many runs of the chain came before this one (``HPCJOBS_RESTART_COUNT``)."""
         count = max(self.ctx.chain.count("start"), self.ctx.restart)
-        self.ctx.env["HPCJOBS_RESTART_COUNT"] = str(count)
+        self.ctx.env[ENV_RESTART_COUNT] = str(count)
         return count
 
     def settle_chain(self) -> None:
@@ -82,7 +92,7 @@ class Start:
             self.ctx.env.pop(ENV_STANDBY_FOR, None)
             self.ctx.env.pop(ENV_GROW_FOR, None)
         self.ctx.root = self.ctx.root or self.ctx.self_id
-        self.ctx.env["HPCJOBS_CHAIN_ROOT"] = self.ctx.root
+        self.ctx.env[ENV_CHAIN_ROOT] = self.ctx.root
         # The ranks report their progress on node-local storage (hpcjobs.runtime.progress);
         # the node agents summarize it into the chain's progress folder, next to the event log.
         self.ctx.progress_dir = os.path.join(self.ctx.output_dir, names.progress_dir(self.ctx.root))
@@ -90,7 +100,7 @@ class Start:
             self.set_aside_stale()
         tmp = self.ctx.env.get("TMPDIR") or "/tmp"
         self.ctx.env[ENV_NODE_TMP] = os.path.join(tmp, f"hpcjobs-{self.ctx.self_id}")
-        self.ctx.env["HPCJOBS_PROGRESS_DIR"] = local_dir(node_name(), self.ctx.env[ENV_NODE_TMP])
+        self.ctx.env[ENV_PROGRESS_DIR] = local_dir(node_name(), self.ctx.env[ENV_NODE_TMP])
         with contextlib.suppress(OSError):
             private_mkdir(self.ctx.progress_dir)
 
@@ -218,8 +228,8 @@ class Start:
         """The checkpoint folder's ``RUN`` file names this run (``hpcjobs submit`` wrote it), or
         this run claims the folder (a script given to ``sbatch`` by hand); 1 where another run
         owns it."""
-        fingerprint = self.ctx.env.get("HPCJOBS_RUN_FINGERPRINT", "")
-        run_file = self.ctx.env.get("HPCJOBS_RUN_FILE", "")
+        fingerprint = self.ctx.env.get(ENV_FINGERPRINT, "")
+        run_file = self.ctx.env.get(ENV_RUN_FILE, "")
         if not fingerprint or not run_file:
             return None
         if os.path.isfile(run_file):
@@ -302,7 +312,7 @@ class Start:
         shutil.rmtree(self.ctx.capture_dir, ignore_errors=True)
         try:
             private_mkdir(self.ctx.capture_dir)
-            self.ctx.env["HPCJOBS_CAPTURE_DIR"] = self.ctx.capture_dir
+            self.ctx.env[ENV_CAPTURE_DIR] = self.ctx.capture_dir
         except OSError:
             self.ctx.capture_dir = ""
         try:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from hpcjobs.contract.jobenv import ENV_CHAIN_ROOT
+
 #: The variables that tell a successor which run it stands by for (a standby) or grows (a
 #: grower); the supervisor reads them at start.
 ENV_STANDBY_FOR = "HPCJOBS_STANDBY_FOR"
@@ -74,7 +76,7 @@ def successor_env(
     }
     clean.pop(ENV_STANDBY_FOR, None)
     clean.pop(ENV_GROW_FOR, None)
-    clean["HPCJOBS_CHAIN_ROOT"] = root
+    clean[ENV_CHAIN_ROOT] = root
     if standby_for:
         clean[ENV_STANDBY_FOR] = standby_for
     if grow_for:

@@ -27,19 +27,28 @@ import signal
 import time
 from collections.abc import Callable, MutableMapping, Sequence
 
+from hpcjobs.contract.causes import (
+    CANCELLED,
+    FINISHED,
+    INFRASTRUCTURE,
+    NODE_FAILURE,
+    PREEMPTION,
+    STALL,
+)
+from hpcjobs.contract.eventlog import SLURM
+from hpcjobs.contract.jobenv import ENV_RESTART_COUNT
+from hpcjobs.contract.slurmcmd import Slurm
+
 from . import decide
-from .causes import CANCELLED, FINISHED, INFRASTRUCTURE, NODE_FAILURE, PREEMPTION, STALL
 from .context import DEFAULT_ARGV, RunContext
 from .continuation import Continuation
 from .ending import Ending
-from .eventlog import SLURM
 from .growth import Growth
 from .health import Health
 from .nodeagents import NodeAgents
 from .nodes import Nodes
 from .policy import Policy
 from .program import Program
-from .slurm import Slurm
 from .standby import Standby
 from .start import Start
 from .state import END, FINISH
@@ -131,7 +140,7 @@ class Supervisor:
         self.start.prepare_run()
         self.agents.start()
         count = max(self.ctx.chain.count("start"), self.ctx.restart)
-        self.ctx.env["HPCJOBS_RESTART_COUNT"] = str(count)
+        self.ctx.env[ENV_RESTART_COUNT] = str(count)
         self.start.announce(count)
         self.program.launch()
         self.growth.submit()

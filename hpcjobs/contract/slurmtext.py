@@ -1,0 +1,33 @@
+"""Slurm's text, read the one way: fields of ``scontrol show`` output and Slurm's local time
+stamps. Durations and time limits are :mod:`.slurmtime`'s; job states, :mod:`.slurmstates`'."""
+
+from __future__ import annotations
+
+import re
+import time
+
+
+def field(info: str, key: str) -> str:
+    """The value of ``KEY=`` in ``scontrol show`` output. The last one wins, so a job name
+    holding `` KEY=...`` cannot fake it; a key that only ends another one (NodeList in
+    ReqNodeList) does not count."""
+    found = re.findall(rf"(?:^|\s){re.escape(key)}=(\S*)", info)
+    return found[-1] if found else ""
+
+
+def epoch(text: str) -> float | None:
+    """Slurm's local ``YYYY-MM-DDTHH:MM:SS`` as epoch seconds (None for Unknown, None, "")."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def line_value(info: str, key: str) -> str:
+    """The value of a ``KEY=`` that has a line of its own (StdOut=, StdErr=: paths may hold
+    spaces)."""
+    for line in info.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(key + "=") and line[:1].isspace():
+            return stripped[len(key) + 1 :]
+    return ""
