@@ -1,4 +1,9 @@
-"""hpcjobs: fast, safe multi-node training launches on Slurm."""
+"""hpcjobs: fast, safe multi-node training launches on Slurm.
+
+``import hpcjobs`` loads the standard library only (every rank of a training script imports it):
+the names of :data:`PUBLIC` load on first use (PEP 562, :mod:`hpcjobs.lazy`), and
+:func:`executor` imports submitit when it is called.
+"""
 
 from __future__ import annotations
 
@@ -65,8 +70,7 @@ def executor(
     return make_executor(site, folder=folder, python=python, client=client, **parameters, **slurm)
 
 
-#: The public names a training script needs, and the module each lives in. They load on first
-#: use: ``import hpcjobs`` stays as light as the standard library (a rank imports it). Pinned by
+#: The public names a training script needs, and the module each lives in. Pinned by
 #: ``tests/unit/test_public_api.py``; docs/python-api.md, "The public API".
 PUBLIC = {
     "Resumable": "hpcjobs.runtime.resumable",

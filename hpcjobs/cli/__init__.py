@@ -1,7 +1,9 @@
 """The ``hpcjobs`` command line. Only this package prints or exits.
 
 Subcommands load lazily (their modules import only when run), so ``hpcjobs --help`` stays fast
-and never imports submitit, paramiko or torch.
+and never imports submitit, paramiko or torch. For the same reason this module imports at the
+top only what ``--help`` needs: the logging settings, a ``--site`` lookup and shell completion
+import theirs where they run.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ def _debug_enabled(ctx: click.Context) -> bool:
 
 
 def _configure_logging(verbose: int, quiet: int) -> None:
-    from hpcjobs.logger import configure  # here, not at the top: '--help' never gets this far
+    from hpcjobs.logger import configure
 
     configure(verbose - quiet)
 

@@ -10,6 +10,12 @@ import click
 
 from hpcjobs.cli.common import chains_for, slurm_access
 from hpcjobs.cli.options import host_option
+from hpcjobs.contract.slurmstates import is_terminal
+from hpcjobs.errors import BadInputError, HpcJobsError
+from hpcjobs.jobs.chain import CANCELLED_PENDING, Event, append_event, load_chain
+from hpcjobs.slurm.classify import UnknownJobError
+from hpcjobs.slurm.client import check_job_ids
+from hpcjobs.slurm.statusquery import query_status, row_matches
 
 if TYPE_CHECKING:
     from hpcjobs.jobs.chain import ChainRef
@@ -42,11 +48,6 @@ def cancel(
     its script, so for one cancelled while pending, cancel logs the chain's end
     (``end fail cancelled ...``) in its event log; a running job logs its own.
     """
-    from hpcjobs.errors import BadInputError
-    from hpcjobs.slurm.classify import UnknownJobError
-    from hpcjobs.slurm.client import check_job_ids
-    from hpcjobs.slurm.statusquery import query_status
-
     ids = check_job_ids(job_ids)
     if signal is not None:
         signal = signal.strip().upper()
@@ -111,9 +112,6 @@ def _late_standbys(
     """Cancel the standbys (and continuations) that the cancelled running jobs' scripts
     submitted while the cancel ran: once each job's script has ended (or after
     LATE_STANDBY_WAIT_S), read its chain again."""
-    from hpcjobs.contract.slurmstates import is_terminal
-    from hpcjobs.jobs.chain import load_chain
-
     if not running:
         return []
     currents = [ref.current for ref in running]
@@ -152,8 +150,6 @@ def _waiting(ref: ChainRef) -> list[str]:
 
 def _pending(client: SlurmClient, job_ids: list[str]) -> dict[str, int]:
     """Which of ``job_ids`` are pending (one squeue), with their restart counts."""
-    from hpcjobs.slurm.statusquery import row_matches
-
     found: dict[str, int] = {}
     if not job_ids:
         return found
@@ -166,9 +162,6 @@ def _pending(client: SlurmClient, job_ids: list[str]) -> dict[str, int]:
 
 def _log_cancelled(runner: Runner, ref: ChainRef, restarts: int) -> None:
     """Log the end of a chain whose newest job was cancelled while pending; warn on failure."""
-    from hpcjobs.errors import HpcJobsError
-    from hpcjobs.jobs.chain import CANCELLED_PENDING, Event, append_event
-
     detail = CANCELLED_PENDING.format(job_id=ref.current)
     event = Event(time.time(), ref.current, restarts, "end", "fail", detail)
     try:

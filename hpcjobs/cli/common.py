@@ -1,5 +1,9 @@
 """What the commands share: reaching Slurm (here or over SSH), following chains, and writing
-the file a user named with ``-o``/``--html``."""
+the file a user named with ``-o``/``--html``.
+
+``render`` and ``status`` import this module (fast paths: docs/index.md, "Start-up"), so each
+helper imports what only it needs where it runs.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from hpcjobs.cli.options import make_runner
+from hpcjobs.errors import BadInputError, HpcJobsError
 
 if TYPE_CHECKING:
     from hpcjobs.config.models import SiteConfig
@@ -26,7 +31,6 @@ def write_output(path: Path, text: str, *, hint: str) -> None:
         BadInputError: it cannot be written; ``hint`` says what to do instead.
     """
     from hpcjobs.atomicfile import write_atomic
-    from hpcjobs.errors import BadInputError
 
     try:
         if path.exists() and not path.is_file():
@@ -60,7 +64,6 @@ def site_for(ctx: click.Context, host: str | None) -> SiteConfig:
         ConfigError: No site is found, or the one found is invalid.
     """
     from hpcjobs.config.loader import load_site
-    from hpcjobs.errors import HpcJobsError
 
     chosen = (ctx.obj or {}).get("site")
     if chosen is None and host:

@@ -11,6 +11,10 @@ import click
 from hpcjobs.cli.common import chains_for, slurm_access
 from hpcjobs.cli.options import host_option
 from hpcjobs.errors import SlurmError
+from hpcjobs.jobs.chain import ended_by_accounting
+from hpcjobs.slurm.history import job_history
+from hpcjobs.slurm.parse import format_duration
+from hpcjobs.texttable import table
 
 if TYPE_CHECKING:
     from hpcjobs.jobs.chain import ChainRef, Event
@@ -70,8 +74,6 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
 
 def _job_histories(client: SlurmClient, ids: list[str]) -> list[JobHistory]:
     """Accounting's runs of each job in ``ids``; only the first, the job named, must be there."""
-    from hpcjobs.slurm.history import job_history
-
     histories: list[JobHistory] = []
     for number, one in enumerate(ids):
         try:
@@ -85,9 +87,6 @@ def _job_histories(client: SlurmClient, ids: list[str]) -> list[JobHistory]:
 
 def _print_runs(item: JobHistory, stops: dict[tuple[str, int], str]) -> None:
     """One job's heading and its table of runs."""
-    from hpcjobs.slurm.parse import format_duration
-    from hpcjobs.texttable import table
-
     runs = "1 run" if len(item.runs) == 1 else f"{len(item.runs)} runs"
     restarts = "1 restart" if item.restarts == 1 else f"{item.restarts} restarts"
     click.echo(f"Job {item.job_id} ({item.name}): {runs}, {restarts}")
@@ -136,8 +135,6 @@ def _final(ref: ChainRef | None, histories: list[JobHistory]) -> tuple[Event | N
     A job cancelled while pending never runs its script, so its chain's log may have no ``end``
     (a plain ``scancel`` of a pending continuation): then a CANCELLED newest job ends it.
     """
-    from hpcjobs.jobs.chain import ended_by_accounting
-
     if ref is None:
         return None, ""
     if ref.chain.final is not None:
@@ -149,8 +146,6 @@ def _final(ref: ChainRef | None, histories: list[JobHistory]) -> tuple[Event | N
 
 
 def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]], final: Event | None) -> None:
-    from hpcjobs.texttable import table
-
     click.echo()
     ids = ref.chain.job_ids
     click.echo(f"Chain {ref.root}: {len(ids)} job(s) ({', '.join(ids)})")

@@ -6,6 +6,9 @@ import json
 
 import click
 
+from hpcjobs.config.fields import file_schema
+from hpcjobs.script.jobspec import JobSpec
+
 
 @click.group("job")
 def job() -> None:
@@ -26,7 +29,4 @@ def schema_cmd() -> None:
     'hpcjobs render -f job.yaml' remains the whole check: the site's limits and the rules
     between fields are not in the schema.
     """
-    from hpcjobs.config.fields import file_schema
-    from hpcjobs.script.jobspec import JobSpec
-
     click.echo(json.dumps(file_schema(JobSpec, "hpcjobs job file"), indent=2))

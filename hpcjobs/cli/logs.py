@@ -13,6 +13,14 @@ import click
 from hpcjobs.cli.common import slurm_access
 from hpcjobs.cli.options import Count, host_option
 from hpcjobs.errors import EXIT_SLURM, BadInputError, SlurmError
+from hpcjobs.jobs.chain import load_chain
+from hpcjobs.jobs.follow import Follower, PollSchedule, read_run, tail_file
+from hpcjobs.jobs.records import expand_output_pattern, find_record, read_record
+from hpcjobs.jobs.submission import take_option
+from hpcjobs.slurm.classify import AccountingDisabledError, UnknownJobError
+from hpcjobs.slurm.client import check_job_ids
+from hpcjobs.slurm.parse import log_path as slurm_log_path
+from hpcjobs.slurm.statusquery import query_status
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -53,9 +61,6 @@ def logs(
     and -f keeps following until the whole chain has ended. With --host the log is read on
     the login node.
     """
-    from hpcjobs.jobs.follow import read_run, tail_file
-    from hpcjobs.slurm.client import check_job_ids
-
     (wanted,) = check_job_ids([job_id if task is None else f"{job_id.split('_')[0]}_{task}"])
     runner, client = slurm_access(ctx, host)
     if host is not None:
@@ -108,17 +113,13 @@ def log_path(client: SlurmClient, job_id: str, *, stderr: bool = False) -> Path:
         UnknownJobError: neither Slurm nor a record knows the job (exit 3).
         BadInputError: an array id without a task.
     """
-    from hpcjobs.errors import BadInputError
-    from hpcjobs.jobs.records import find_record
-    from hpcjobs.slurm.parse import log_path
-
     info = client.show_job(job_id)
     if info is not None:
         if "_" not in job_id and info.get("ArrayTaskId") not in (None, ""):
             raise BadInputError(
                 f"job {job_id} is an array", hint="choose a task with --task N (or JOBID_N)"
             )
-        value = log_path(info, stderr=stderr)
+        value = slurm_log_path(info, stderr=stderr)
         if value:
             return Path(value)
     record = find_record(job_id)
@@ -129,9 +130,6 @@ def log_path(client: SlurmClient, job_id: str, *, stderr: bool = False) -> Path:
 
 
 def _path_from_record(record_path: Path, job_id: str, *, stderr: bool) -> Path:
-    from hpcjobs.jobs.records import expand_output_pattern, read_record
-    from hpcjobs.jobs.submission import take_option
-
     record = read_record(record_path)
     args = [str(a) for a in record.get("sbatch_args", [])]
     output, _ = take_option(args, "--output", "-o")
@@ -154,8 +152,6 @@ def _path_from_record(record_path: Path, job_id: str, *, stderr: bool) -> Path:
 
 
 def _raise_not_found(client: SlurmClient, job_id: str) -> None:
-    from hpcjobs.slurm.classify import AccountingDisabledError, UnknownJobError
-
     try:
         known = bool(client.accounting([job_id], duplicates=False))
     except AccountingDisabledError:
@@ -171,8 +167,6 @@ def _raise_not_found(client: SlurmClient, job_id: str) -> None:
 
 def _wait_until_started(client: SlurmClient, job_id: str) -> None:
     """Wait while the job is pending: Slurm names its log (``%a``, node) only once it runs."""
-    from hpcjobs.jobs.follow import PollSchedule
-
     delays = PollSchedule().delays()
     info = client.show_job(job_id)
     told = False
@@ -190,10 +184,6 @@ def _alive_check(
     client: SlurmClient, job_id: str, runner: Runner | None = None, host: str | None = None
 ) -> Callable[[], bool]:
     """A function telling whether to keep following: the job, or a continuation of it, runs."""
-    from hpcjobs.jobs.chain import load_chain
-    from hpcjobs.jobs.follow import Follower
-    from hpcjobs.slurm.statusquery import query_status
-
     followed = {"job": job_id, "follower": Follower()}
 
     def alive() -> bool:
@@ -247,10 +237,8 @@ def _remote_logs(
     host: str | None = None,
 ) -> None:
     """Print (and with ``follow``, tail) a log that lives on the login node."""
-    from hpcjobs.slurm.parse import log_path
-
     info = client.show_job(job_id)
-    path = log_path(info or {}, stderr=stderr)
+    path = slurm_log_path(info or {}, stderr=stderr)
     if not path:
         raise SlurmError(
             f"Slurm does not say where job {job_id}'s log is",

@@ -1,4 +1,9 @@
-"""Options shared by the commands that talk to Slurm: ``--host`` and the runner it selects."""
+"""Options shared by the commands that talk to Slurm: ``--host`` and the runner it selects.
+
+Most commands take their options from here (``render``, ``status``, ``site list`` and
+``sandbox --help`` among them), so what checking a value or making a runner needs is imported
+where it is used.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+from hpcjobs.errors import BadInputError
 
 if TYPE_CHECKING:
     from hpcjobs.config.models import SiteConfig
@@ -20,7 +27,6 @@ HOST_METAVAR = "[USER@]HOST[:PORT]"
 def _check_host(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is None or not value.strip():
         return None
-    from hpcjobs.errors import BadInputError
     from hpcjobs.remote.hostspec import SITE_LOGIN_HOSTS, parse_host_spec
 
     if value != SITE_LOGIN_HOSTS:

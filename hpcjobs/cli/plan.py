@@ -1,22 +1,43 @@
-"""``hpcjobs plan``: the parallel layout, memory, step time and cost of a training run."""
+"""``hpcjobs plan``: the parallel layout, memory, step time and cost of a training run.
+
+``--history``, ``--from-run`` and ``--apply`` import what only they need where they run, so a
+plan loads no Slurm client (docs/plan.md, "Speed").
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from hpcjobs.cli.options import Count
-from hpcjobs.plan.faults import CHECKPOINT_MINUTES, REQUEUE_MINUTES, RESTART_MINUTES
+from hpcjobs.config.loader import load_site
+from hpcjobs.errors import BadInputError, ConfigError
+from hpcjobs.plan import inputs
+from hpcjobs.plan.catalogue import CATALOGUE
+from hpcjobs.plan.compare import compare_rows
+from hpcjobs.plan.export import candidate_data, cost_data, hardware_data, model_data
+from hpcjobs.plan.faults import (
+    CHECKPOINT_MINUTES,
+    REQUEUE_MINUTES,
+    RESTART_MINUTES,
+    fault_model,
+    interruption_data,
+    measured_fault_model,
+)
+from hpcjobs.plan.search import Fixed, Request, distinct, search
+from hpcjobs.safetext import require_safe
+from hpcjobs.texttable import table
 
 if TYPE_CHECKING:
     from hpcjobs.config.models import SiteConfig
     from hpcjobs.plan.faults import FaultModel
     from hpcjobs.plan.inputs import Resources, Target
     from hpcjobs.plan.model import ModelSpec, Recompute
-    from hpcjobs.plan.search import Candidate, Fixed, Request, Result
+    from hpcjobs.plan.search import Candidate, Result
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -154,8 +175,6 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
     fastest and the cheapest marked. A size beyond the partition is planned and said. See
     docs/plan.md.
     """
-    from hpcjobs.plan import inputs
-
     if opts["list_gpus"]:
         _print_catalogue(opts["as_json"])
         return
@@ -182,8 +201,6 @@ def plan(ctx: click.Context, /, **opts: Any) -> None:
 
 def _check_flags(opts: dict[str, Any]) -> None:
     """Refuse a plan without its required flags, or with flags that contradict each other."""
-    from hpcjobs.errors import BadInputError
-
     for flag, key in (("--tokens", "tokens"), ("--global-batch", "global_batch")):
         if opts[key] is None:
             raise BadInputError(f"{flag} is required", hint="see 'hpcjobs plan --help'")
@@ -253,10 +270,6 @@ def _plan_one(
     """One plan: the model, the GPUs, the speed, the layouts; its JSON data, request and the
     layout shown first. ``quiet``: no layout fits is a row that says so (compare), not an error.
     """
-    from hpcjobs.plan import inputs
-    from hpcjobs.plan.export import hardware_data, model_data
-    from hpcjobs.plan.search import Request, distinct, search
-
     model = _model(opts)
     tokens = inputs.parse_quantity(opts["tokens"], "--tokens")
     precision = opts["precision"]
@@ -321,8 +334,6 @@ def _plan_one(
 
 def _model(opts: dict[str, Any]) -> ModelSpec:
     """The model: --params, the shape flags and/or --model-config."""
-    from hpcjobs.plan import inputs
-
     return inputs.resolve_model(
         params=opts["params"],
         layers=opts["layers"],
@@ -339,15 +350,11 @@ def _speed(
 ) -> tuple[float, float | None, dict[str, Any] | None]:
     """The share of peak, the achieved TFLOP/s per GPU (None: --mfu) and the run --from-run
     measured it on (None: not asked for)."""
-    from hpcjobs.errors import BadInputError
-    from hpcjobs.plan import inputs
-
     from_run: dict[str, Any] | None = None
     if opts["from_run"] is not None:
         if opts["mfu"] is not None or opts["achieved_tflops"] is not None:
             raise BadInputError("give one of --mfu, --achieved-tflops and --from-run")
         from hpcjobs.plan.fromrun import achieved_flops_per_gpu, measure_run
-        from hpcjobs.safetext import require_safe
 
         run = measure_run(require_safe(opts["from_run"], "--from-run"))
         rate, from_run = achieved_flops_per_gpu(
@@ -369,9 +376,6 @@ def _speed(
 
 def _fixed_choices(opts: dict[str, Any], recompute: Recompute | None) -> Fixed:
     """The layout choices fixed by --layout, --micro-batch, --zero and --recompute."""
-    from hpcjobs.plan import inputs
-    from hpcjobs.plan.search import Fixed
-
     fixed = Fixed()
     if opts["layout_text"]:
         fixed = inputs.parse_layout(opts["layout_text"])
@@ -390,8 +394,6 @@ def _refuse_when_none_fits(
     result: Result, fitting: list[Candidate], fixed: Fixed, gpus: int
 ) -> None:
     """Refuse a search free to choose tp, ZeRO and recomputation in which no layout fits."""
-    from hpcjobs.errors import BadInputError
-
     constrained = fixed.tp is not None or fixed.zero is not None or fixed.recompute is not None
     if fitting or constrained:
         return
@@ -409,11 +411,6 @@ def _fault_model(
 ) -> tuple[FaultModel, str | None]:
     """The interruption model (the flags, else what --history measured, else the default)
     and a note when the history had nothing to measure."""
-    from dataclasses import replace
-
-    from hpcjobs.plan import inputs
-    from hpcjobs.plan.faults import fault_model, measured_fault_model
-
     minutes = {  # the flags given (None: the model's default, or what --history measured)
         "checkpoint_minutes": inputs.positive(opts["checkpoint_minutes"], "--checkpoint-minutes"),
         "restart_minutes": inputs.not_negative(opts["restart_minutes"], "--restart-minutes"),
@@ -443,9 +440,6 @@ def _layouts_data(
     request: Request, res: Resources, shown: list[Candidate], faults: FaultModel, spares: int
 ) -> list[dict[str, Any]]:
     """Each layout shown as JSON-ready data, with its cost and its interruption figures."""
-    from hpcjobs.plan.export import candidate_data, cost_data
-    from hpcjobs.plan.faults import interruption_data
-
     layouts = []
     for cand in shown:
         item = candidate_data(request, cand)
@@ -465,9 +459,6 @@ def _layouts_data(
 def _site(ctx: click.Context, opts: dict[str, Any]) -> SiteConfig | None:
     """The site config; None when only catalogue GPUs are planned and no site is found (a
     plan for GPUs one rents needs none)."""
-    from hpcjobs.config.loader import load_site
-    from hpcjobs.errors import ConfigError
-
     named = (ctx.obj or {}).get("site")
     if named is not None or not opts["gpu_text"] or opts["partitions_text"]:
         return load_site(named)
@@ -485,7 +476,6 @@ def _history(ctx: click.Context, since: str | None) -> list[dict[str, Any]] | No
 
     from hpcjobs.cli.common import slurm_access
     from hpcjobs.cli.report import gather
-    from hpcjobs.safetext import require_safe
 
     runner, client = slurm_access(ctx, None)
     reports = gather(
@@ -501,9 +491,6 @@ def _compare(
     node_counts: list[int | None],
 ) -> None:
     """One row per (partition or GPU, node count): its best layout, days, GPU-hours, cost."""
-    from hpcjobs.errors import BadInputError
-    from hpcjobs.plan.compare import compare_rows
-
     if opts["apply_path"] is not None:
         raise BadInputError(
             "--apply writes one layout: plan one partition and one node count with it",
@@ -589,11 +576,6 @@ def _print_interruptions(item: dict[str, Any], price: dict[str, Any] | None) -> 
 
 
 def _print_catalogue(as_json: bool) -> None:
-    from dataclasses import asdict
-
-    from hpcjobs.plan.catalogue import CATALOGUE
-    from hpcjobs.texttable import table
-
     if as_json:
         click.echo(json.dumps({k: asdict(v) for k, v in CATALOGUE.items()}, indent=2))
         return
@@ -619,8 +601,6 @@ def _print_catalogue(as_json: bool) -> None:
 
 
 def _print_comparison(rows: list[dict[str, Any]], plans: list[dict[str, Any]]) -> None:
-    from hpcjobs.texttable import table
-
     first = plans[0]
     model, inp = first["model"], first["inputs"]
     click.echo(
@@ -725,9 +705,7 @@ def _inputs_echo(
     echo: dict[str, Any] = {k: opts[k] for k in keys}
     echo["layout"] = echo.pop("layout_text")
     if opts["params"] is not None:
-        from hpcjobs.plan.inputs import parse_quantity
-
-        echo["params"] = parse_quantity(opts["params"], "--params")
+        echo["params"] = inputs.parse_quantity(opts["params"], "--params")
     echo["model_config"] = None if opts["model_config"] is None else str(opts["model_config"])
     echo.update(site=site, partition=partition, gpus=gpus, tokens=tokens)
     return echo
@@ -835,8 +813,6 @@ def _print_price(price: dict[str, Any]) -> None:
 
 def _layout_table(layouts: list[dict[str, Any]], price: dict[str, Any] | None) -> str:
     """The table of the layouts shown, one row each, with a cost column when priced."""
-    from hpcjobs.texttable import table
-
     rows = []
     for n, item in enumerate(layouts, 1):
         mem, step, run_cost = item["memory_bytes"], item["step_s"], item["training"]

@@ -8,9 +8,18 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hpcjobs.cli.common import slurm_access
+from hpcjobs.cli.common import chains_for, site_for, slurm_access, write_output
 from hpcjobs.cli.options import host_option
-from hpcjobs.errors import BadInputError
+from hpcjobs.errors import BadInputError, ConfigError
+from hpcjobs.jobs.chain import load_chain
+from hpcjobs.remote.hostspec import parse_host_spec
+from hpcjobs.report.build import collect, requested_from_record
+from hpcjobs.report.compare import compare_reports, compare_text, script_differences
+from hpcjobs.report.html import report_page
+from hpcjobs.report.money import site_rates
+from hpcjobs.report.text import report_text
+from hpcjobs.slurm.classify import UnknownJobError
+from hpcjobs.slurm.client import check_job_ids
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -83,8 +92,6 @@ def report(
     site no cost is shown; a run on a partition without a price, or runs priced in two
     currencies, give a note instead of a cost (never guessed or converted).
     """
-    from hpcjobs.report.text import report_text
-
     if compare and (job_ids or user or account or since or until):
         raise BadInputError(
             "--compare takes exactly two chains and nothing else",
@@ -108,8 +115,6 @@ def report(
         return
     reports = gather(runner, client, list(job_ids), host, user, account, since, until, rates)
     if html_file is not None:
-        from hpcjobs.report.html import report_page
-
         _write_page(html_file, report_page(reports))
     if as_json:
         click.echo(json.dumps({"chains": [r.to_dict() for r in reports]}, indent=2))
@@ -140,10 +145,6 @@ def gather(
     rates: Mapping[str, Rate] | None = None,
 ) -> list[ChainReport]:
     """The reports of the named chains, or of every chain in the window, priced at ``rates``."""
-    from hpcjobs.report.build import collect, requested_from_record
-    from hpcjobs.slurm.classify import UnknownJobError
-    from hpcjobs.slurm.client import check_job_ids
-
     if job_ids:
         refs = _chains(runner, check_job_ids(job_ids), host)
         reports = collect(
@@ -180,8 +181,6 @@ def gather(
 
 
 def _chains(runner: Runner, job_ids: list[str], host: str | None) -> dict[str, ChainRef | None]:
-    from hpcjobs.cli.common import chains_for
-
     found = chains_for(runner, job_ids, host)
     return {job_id: found.get(job_id) for job_id in job_ids}
 
@@ -196,14 +195,10 @@ def _compare(
     html_file: Path | None,
     rates: Mapping[str, Rate],
 ) -> None:
-    from hpcjobs.report.compare import compare_reports, compare_text, script_differences
-
     before, after = gather(runner, client, list(pair), host, rates=rates)
     differences = script_differences(pair[0], pair[1], host)
     data = compare_reports(before, after, differences)
     if html_file is not None:
-        from hpcjobs.report.html import report_page
-
         _write_page(html_file, report_page([before, after], comparison=data))
     if as_json:
         click.echo(json.dumps(data, indent=2))
@@ -214,11 +209,6 @@ def _compare(
 def _rates(ctx: click.Context, host: str | None) -> dict[str, Rate]:
     """The site's prices by partition: ``--site``'s (its errors are the user's to see), else the
     site ``--host`` or this machine selects, if any; none without a site."""
-    from hpcjobs.cli.common import site_for
-    from hpcjobs.errors import ConfigError
-    from hpcjobs.remote.hostspec import parse_host_spec
-    from hpcjobs.report.money import site_rates
-
     named = (ctx.obj or {}).get("site") is not None
     try:
         site = site_for(ctx, host)
@@ -232,16 +222,11 @@ def _rates(ctx: click.Context, host: str | None) -> dict[str, Rate]:
 
 
 def _write_page(path: Path, page: str) -> None:
-    from hpcjobs.cli.common import write_output
-
     write_output(path, page, hint="choose another --html file")
 
 
 def summary_line(runner: Runner, client: SlurmClient, root: str, output_dir: str) -> str:
     """The one line ``submit --wait`` ends with (goodput, GPU-hours, the biggest badput)."""
-    from hpcjobs.jobs.chain import load_chain
-    from hpcjobs.report.build import collect
-
     ref = load_chain(root, runner, output_dir=output_dir)
     reports = collect(client, runner, {root: ref})
     return reports[0].summary_line()

@@ -1,14 +1,21 @@
-"""``hpcjobs site``: list, show, validate and discover site configs."""
+"""``hpcjobs site``: list, show, validate and discover site configs.
+
+``site --help`` and ``site list`` load neither pydantic nor a YAML parser: the commands that
+read, check or draft a config import what they need where they run.
+"""
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 
 import click
 
-from hpcjobs.cli.options import host_option
-from hpcjobs.errors import EXIT_BAD_INPUT
+from hpcjobs.cli.options import host_option, make_runner
+from hpcjobs.config.locate import list_sites, locate_site, looks_like_path
+from hpcjobs.config.problems import Problem
+from hpcjobs.errors import EXIT_BAD_INPUT, ConfigError
 
 
 @click.group("site")
@@ -25,8 +32,6 @@ def list_cmd(as_json: bool) -> None:
     /etc/hpcjobs/sites, then the built-in configs. A name found twice is used from the first
     folder; the later ones are marked as shadowed.
     """
-    from hpcjobs.config.locate import list_sites
-
     entries = list_sites()
     if as_json:
         rows = [
@@ -107,10 +112,7 @@ def validate_cmd(
     Exits 0 when all files are valid, 2 when any has an error (or, with --strict, a warning).
     Without PATH, checks the global --site (or, with --all, every site found).
     """
-    from hpcjobs.config.locate import list_sites, locate_site, looks_like_path
-    from hpcjobs.config.problems import Problem
     from hpcjobs.config.validate import ValidationReport, validate_site_file
-    from hpcjobs.errors import ConfigError
 
     targets: list[tuple[str, Path | None, str | None]] = []
     for value in paths:
@@ -197,17 +199,14 @@ def discover_cmd(
     The draft covers partitions, node counts, CPUs, memory, GPUs and preemption settings, and
     it validates as is. Review it, then check it with 'hpcjobs site validate'.
     """
-    import datetime
-
-    from hpcjobs.cli.options import make_runner
+    from hpcjobs.cli.common import write_output
     from hpcjobs.config.discover import discover_site
     from hpcjobs.config.validate import validate_data
     from hpcjobs.config.yamlfile import parse_yaml_text
+    from hpcjobs.slurm.client import SlurmClient
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     runner = make_runner(host, (ctx.obj or {}).get("site") if host else None)
-    from hpcjobs.slurm.client import SlurmClient
-
     draft = discover_site(SlurmClient(runner), name=name, probe=probe_node, now=now)
     doc = parse_yaml_text(draft.text, source="draft")
     _, findings = validate_data(doc.data) if isinstance(doc.data, dict) else (None, [])
@@ -218,8 +217,6 @@ def discover_cmd(
     if output is None:
         click.echo(draft.text, nl=False)
         return
-    from hpcjobs.cli.common import write_output
-
     write_output(
         Path(output),
         draft.text,

@@ -6,8 +6,13 @@ from pathlib import Path
 
 import click
 
+from hpcjobs.backoff import NO_RETRY
 from hpcjobs.cli.options import HOST_METAVAR, make_runner, site_ssh_settings
-from hpcjobs.errors import EXIT_TRANSPORT
+from hpcjobs.errors import EXIT_TRANSPORT, SlurmError
+from hpcjobs.remote.hostkeys import Verdict
+from hpcjobs.remote.runner import SshRunner
+from hpcjobs.remote.trust import probe_host_key, record_host_key
+from hpcjobs.slurm.client import SlurmClient
 
 
 def _site(ctx: click.Context) -> Path | None:
@@ -56,9 +61,6 @@ def trust(ctx: click.Context, host: str, yes: bool, known_hosts: Path | None) ->
     A host whose recorded key differs from the one it presents is refused (exit 4): remove the
     old entry yourself, with ssh-keygen -R, only once your admins confirm the key changed.
     """
-    from hpcjobs.remote.hostkeys import Verdict
-    from hpcjobs.remote.trust import probe_host_key, record_host_key
-
     login_hosts, host_keys = site_ssh_settings(_site(ctx))
     probe = probe_host_key(
         host,
@@ -96,11 +98,6 @@ def check(ctx: click.Context, host: str) -> None:
     Exit 0 when Slurm answers, 4 when the SSH connection or login fails, 3 when Slurm's
     commands are missing or fail on the host.
     """
-    from hpcjobs.backoff import NO_RETRY
-    from hpcjobs.errors import SlurmError
-    from hpcjobs.remote.runner import SshRunner
-    from hpcjobs.slurm.client import SlurmClient
-
     runner = make_runner(host, _site(ctx))
     assert isinstance(runner, SshRunner)
     connection = runner.connect()

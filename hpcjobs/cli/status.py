@@ -10,9 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from hpcjobs.cli import report_error
 from hpcjobs.cli.common import chains_for, slurm_access
 from hpcjobs.cli.options import host_option
 from hpcjobs.errors import EXIT_SLURM
+from hpcjobs.jobs.follow import Follower, PollSchedule
+from hpcjobs.slurm.classify import UnknownJobError
+from hpcjobs.slurm.client import check_job_ids
+from hpcjobs.slurm.parse import format_duration
+from hpcjobs.slurm.statusquery import StatusReport, query_status, row_matches
 from hpcjobs.texttable import table
 
 if TYPE_CHECKING:
@@ -50,10 +56,6 @@ def status(
     with CHAIN (the first id) and RUNS (runs of the whole chain); --json adds chain_root,
     chain_jobs and runs to each job (null for a job that is not part of such a chain).
     """
-    from hpcjobs.jobs.follow import Follower, PollSchedule
-    from hpcjobs.slurm.client import check_job_ids
-    from hpcjobs.slurm.statusquery import query_status
-
     ids = check_job_ids(job_ids)
     runner, client = slurm_access(ctx, host)
     chains = chains_for(runner, ids, host)
@@ -87,9 +89,6 @@ def status(
 
 
 def _show(report: object, as_json: bool, chains: Mapping[str, ChainRef]) -> None:
-    from hpcjobs.slurm.parse import format_duration
-    from hpcjobs.slurm.statusquery import StatusReport
-
     assert isinstance(report, StatusReport)
     if as_json:
         data = {
@@ -133,8 +132,6 @@ def chain_fields(job: JobStatus, chains: Mapping[str, ChainRef]) -> dict[str, An
     of the jobs before this one, this job's restarts, and its own run unless it is pending).
     All three are None for a job that is not part of such a chain.
     """
-    from hpcjobs.slurm.statusquery import row_matches
-
     ref = next((r for current, r in chains.items() if row_matches(current, job.job_id, "")), None)
     if ref is None:
         return {"chain_root": None, "chain_jobs": None, "runs": None}
@@ -145,10 +142,6 @@ def chain_fields(job: JobStatus, chains: Mapping[str, ChainRef]) -> dict[str, An
 
 
 def _exit_for_unknown(ctx: click.Context, report: object) -> None:
-    from hpcjobs.cli import report_error
-    from hpcjobs.slurm.classify import UnknownJobError
-    from hpcjobs.slurm.statusquery import StatusReport
-
     assert isinstance(report, StatusReport)
     if not report.unknown:
         return

@@ -4,12 +4,18 @@ Flags use sbatch's names. A YAML job file (``-f job.yaml``) holds the same field
 override it. ``--dry-run`` prints the script and the sbatch command line, and submits and
 writes nothing; ``render`` prints the same and writes the job's supervisor where the script
 runs it from, so that the printed script can be given to ``sbatch`` by hand.
+
+``render`` and ``submit --dry-run`` are start-up fast paths (``benchmarks/cli_startup.py``): what
+only a real submission, ``--wait`` or a question to Slurm needs is imported in the function that
+does it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -19,7 +25,21 @@ import click
 from hpcjobs.cli.common import site_for
 from hpcjobs.cli.options import Count, F, NodeRange, host_option, make_runner
 from hpcjobs.config.launchers import LAUNCHERS, launcher_help
+from hpcjobs.config.loader import load_site
 from hpcjobs.errors import BadInputError, HpcJobsError
+from hpcjobs.jobs.submission import plan_submission
+from hpcjobs.jobs.supervisorapp import ensure_supervisor
+from hpcjobs.safetext import require_int
+from hpcjobs.script.jobspec import (
+    REQUEUE_CAUSES,
+    Where,
+    load_job_file,
+    merge_job_data,
+    parse_env_options,
+    parse_signal_option,
+    parse_spec,
+)
+from hpcjobs.script.render import render_job
 
 if TYPE_CHECKING:
     from hpcjobs.config.models import SiteConfig
@@ -28,7 +48,6 @@ if TYPE_CHECKING:
     from hpcjobs.jobs.records import FileStore
     from hpcjobs.jobs.submission import SubmissionPlan
     from hpcjobs.runner import Runner
-    from hpcjobs.script.jobspec import Where
     from hpcjobs.script.render import RenderedJob
     from hpcjobs.slurm.client import SlurmClient
 
@@ -359,7 +378,6 @@ def _write_supervisor(rendered: RenderedJob) -> None:
         str(path) not in rendered.script and shlex.quote(str(path)) not in rendered.script
     ):
         return
-    from hpcjobs.jobs.supervisorapp import ensure_supervisor
 
     try:
         wrote = ensure_supervisor(path)
@@ -378,10 +396,6 @@ def _render(
     site: SiteConfig | None = None,
     where: Where | None = None,
 ) -> RenderedJob:
-    from hpcjobs.config.loader import load_site
-    from hpcjobs.script.jobspec import load_job_file, merge_job_data, parse_spec
-    from hpcjobs.script.render import render_job
-
     job_file: Path | None = fields.pop("job_file")
     template_dirs: tuple[Path, ...] = fields.pop("template_dir")
     file_data = load_job_file(job_file) if job_file else None
@@ -394,23 +408,20 @@ def _render(
 
 def parse_max_requeues(item: str, current: dict[str, Any]) -> dict[str, Any]:
     """``--max-requeues 5`` (total) or ``--max-requeues preemption=3`` (one cause)."""
-    from hpcjobs.safetext import require_int
-    from hpcjobs.script.jobspec import REQUEUE_CAUSES as CAUSES
-
     name, sep, value = item.partition("=")
     count = require_int(
         value if sep else name,
         f"--max-requeues {item!r}",
         hint=f"for example --max-requeues 10 or --max-requeues preemption=3; causes: "
-        f"{', '.join(CAUSES)}",
+        f"{', '.join(REQUEUE_CAUSES)}",
     )
     if not sep:
         return {"max_total": count}
     cause = name.strip().replace("-", "_")
-    if cause not in CAUSES:
+    if cause not in REQUEUE_CAUSES:
         raise BadInputError(
             f"unknown requeue cause {name!r} in --max-requeues",
-            hint=f"causes: {', '.join(CAUSES)}",
+            hint=f"causes: {', '.join(REQUEUE_CAUSES)}",
         )
     budget = dict(current.get("max_requeues", {}))
     budget[cause] = count
@@ -419,8 +430,6 @@ def parse_max_requeues(item: str, current: dict[str, Any]) -> dict[str, Any]:
 
 def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
     """Map CLI flag values to job spec fields; flags that were not given map to None."""
-    from hpcjobs.script.jobspec import parse_env_options, parse_signal_option
-
     requeue: dict[str, Any] = {}
     if flags.get("signal") is not None:
         requeue.update(parse_signal_option(flags["signal"]))
@@ -503,8 +512,6 @@ def dry_run_text(rendered: RenderedJob, plan: SubmissionPlan) -> str:
 def _dry_run_plan(rendered: RenderedJob, after: list[str]) -> SubmissionPlan:
     """The submission plan, with every check ``submit`` makes; Slurm is asked only for
     ``MaxArraySize`` when an array needs it (Slurm's default when it cannot be reached)."""
-    from hpcjobs.jobs.submission import plan_submission
-
     try:
         return plan_submission(rendered, client=_LocalSlurm(), after=after)
     except BadInputError:
@@ -539,8 +546,6 @@ def _print_dry_run(rendered: RenderedJob, plan: SubmissionPlan) -> None:
 
 def _remote_where(runner: Runner) -> Where:
     """Home folder and user on the login node, so '~' and relative paths resolve there."""
-    from hpcjobs.script.jobspec import Where
-
     home = runner.run(["printenv", "HOME"], timeout=60).stdout.strip()
     user = runner.run(["id", "-un"], timeout=60).stdout.strip()
     return Where(cwd=Path(home), home=home, user=user)
@@ -557,8 +562,6 @@ def _submit(
     as_json: bool,
     reuse: Reuse | None,
 ) -> None:
-    import json
-
     from hpcjobs.jobs.submit import submit_run
     from hpcjobs.runner import LocalRunner
     from hpcjobs.slurm.backend import make_client
@@ -644,8 +647,6 @@ def _check_run_folder(rendered: RenderedJob, reuse: Reuse | None) -> None:
 
 
 def _now() -> str:
-    import time
-
     return time.strftime("%H:%M:%S")
 
 

@@ -6,6 +6,10 @@ from pathlib import Path
 
 import click
 
+from hpcjobs.config.loader import load_site
+from hpcjobs.errors import TemplateError
+from hpcjobs.script.templating import BLOCKS, block_file, find_template, main_templates, search_path
+
 _DIR_OPTION = click.option(
     "--template-dir",
     multiple=True,
@@ -28,7 +32,6 @@ def _site_name(ctx: click.Context) -> str | None:
     site = (ctx.find_root().obj or {}).get("site")
     if site is None:
         return None
-    from hpcjobs.config.loader import load_site
 
     return load_site(site).name
 
@@ -38,14 +41,6 @@ def _site_name(ctx: click.Context) -> str | None:
 @click.pass_context
 def list_templates(ctx: click.Context, template_dir: tuple[Path, ...]) -> None:
     """List main templates and blocks with the file that serves each one."""
-    from hpcjobs.script.templating import (
-        BLOCKS,
-        block_file,
-        find_template,
-        main_templates,
-        search_path,
-    )
-
     dirs = search_path(_site_name(ctx), list(template_dir))
     click.echo("Search path (first match wins):")
     for label, folder in dirs:
@@ -67,9 +62,6 @@ def list_templates(ctx: click.Context, template_dir: tuple[Path, ...]) -> None:
 @click.pass_context
 def show_template(ctx: click.Context, name: str, template_dir: tuple[Path, ...]) -> None:
     """Print the file that serves NAME (a block such as 'launch', or a main template)."""
-    from hpcjobs.errors import TemplateError
-    from hpcjobs.script.templating import BLOCKS, block_file, find_template, search_path
-
     dirs = search_path(_site_name(ctx), list(template_dir))
     wanted = block_file(name) if name in BLOCKS else f"{name.removesuffix('.sh.j2')}.sh.j2"
     found = find_template(wanted, dirs)

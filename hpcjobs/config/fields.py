@@ -4,6 +4,9 @@ Each wraps the one rule in :mod:`hpcjobs.safetext` or :mod:`hpcjobs.contract.slu
 site config and a job file refuse the same text the same way. What differs between the two on
 purpose stays in its own module: the job spec refuses the variable names hpcjobs manages
 (``script/jobspec.py``), and a site config accepts YAML numbers for NCCL values (``models.py``).
+
+A render loads this module; only a JSON Schema (``site schema``, ``job schema``) needs
+pydantic's ``TypeAdapter``, imported where the schema is built.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ class LazyInputBeforeValidator(BeforeValidator):
         self, _placeholder: core_schema.CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
         """The JSON schema of the input type, in the generator that asks (refs and all)."""
-        from pydantic import TypeAdapter  # not imported on start otherwise
+        from pydantic import TypeAdapter
 
         return handler(TypeAdapter(self.json_schema_input_type).core_schema)
 

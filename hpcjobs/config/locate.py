@@ -3,8 +3,9 @@
 ``$HPCJOBS_SITE`` (:data:`SITE_ENV`, the environment default of ``--site``) names the site to use.
 Search order for a name: ``$HPCJOBS_SITE_PATH`` folders, the user folder
 (``~/.config/hpcjobs/sites``), ``/etc/hpcjobs/sites``, then the built-in ``site-configs/``.
-This module stays light (no pydantic, and yaml only when matching hostnames) because the root
-CLI imports it to resolve ``--site``.
+This module stays light because the root CLI imports it to resolve ``--site``: no pydantic, and
+what only matching this machine's names needs (the hostname, the YAML parser, the sandbox hint)
+is imported there.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def host_names(hostname: str | None = None) -> list[str]:
     """The names this machine is known by: ``hostname`` if given, else short name and FQDN."""
     if hostname is not None:
         return [hostname]
-    import socket  # here: a command given --site never asks
+    import socket
 
     names = [socket.gethostname()]
     try:

@@ -1,4 +1,8 @@
-"""Problems found in a config: where they are (file, line, dotted key) and what is wrong."""
+"""Problems found in a config: where they are (file, line, dotted key) and what is wrong.
+
+Every command that reads a config imports this module; only a mistake needs :mod:`difflib`
+(:func:`suggest`), imported there.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ def dotted(path: Sequence[str | int]) -> str:
 
 def suggest(word: str, choices: Iterable[str]) -> str:
     """A ``" (did you mean 'x'?)"`` suffix for the closest choice, or an empty string."""
-    import difflib  # here: only a mistake needs it
+    import difflib
 
     close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""

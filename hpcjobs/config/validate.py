@@ -1,4 +1,8 @@
-"""Validate site config data and files, collecting every problem instead of stopping at one."""
+"""Validate site config data and files, collecting every problem instead of stopping at one.
+
+A render loads this module; only pinned host keys need :mod:`hpcjobs.remote.hostkeys`, imported
+where they are checked.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ from hpcjobs.config.models import SiteConfig
 from hpcjobs.config.problems import KeyPath, Problem, dotted, unknown_key
 from hpcjobs.config.semantics import Finding, check_site_data
 from hpcjobs.config.yamlfile import read_yaml_file
+from hpcjobs.errors import BadInputError
+from hpcjobs.remote.hostspec import login_key_names
 from hpcjobs.safetext import is_safe
 
 #: Maps a key path to the (file, line) it came from.
@@ -93,9 +99,7 @@ def ssh_findings(data: Mapping[str, Any]) -> list[Finding]:
     with control characters, are left to the schema's own messages.
     """
     if not data.get("login_hosts") and not data.get("host_keys"):
-        return []  # nothing to check (and the SSH side need not be loaded)
-    from hpcjobs.errors import BadInputError
-    from hpcjobs.remote.hostspec import login_key_names
+        return []  # nothing to check
 
     findings: list[Finding] = []
     hosts = data.get("login_hosts")
@@ -117,7 +121,7 @@ def ssh_findings(data: Mapping[str, Any]) -> list[Finding]:
     keys = data.get("host_keys")
     if not keys or not isinstance(keys, list):
         return findings
-    from hpcjobs.remote.hostkeys import parse_pinned_line  # here: only pinned keys need it
+    from hpcjobs.remote.hostkeys import parse_pinned_line
 
     for index, line in enumerate(keys):
         if not isinstance(line, str) or not is_safe(line):

@@ -10,6 +10,9 @@ chain's interruptions (how each run ended and how the next one resumed), finding
 A job cancelled while pending never runs its script: ``hpcjobs cancel`` logs its chain's end
 for it (:func:`append_event`), and :func:`ended_by_accounting` reads the end of a chain whose
 newest job Slurm shows CANCELLED without an ``end`` event (a plain ``scancel``).
+
+``status`` loads this module; the job index (:mod:`hpcjobs.jobs.records`) is imported only
+where a chain's folder is looked up in it.
 """
 
 from __future__ import annotations

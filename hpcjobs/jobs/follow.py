@@ -30,6 +30,13 @@ from typing import TYPE_CHECKING
 
 from hpcjobs.contract.slurmstates import MAY_REQUEUE, SUCCESS, is_terminal
 from hpcjobs.errors import EXIT_JOB_FAILED, EXIT_OK, HpcJobsError
+from hpcjobs.jobs.chain import (
+    chain_output_dir,
+    chain_path,
+    ended_by_accounting,
+    load_chain,
+    parse_chain,
+)
 from hpcjobs.runner import LocalRunner, Runner
 from hpcjobs.slurm.classify import UnknownJobError
 from hpcjobs.slurm.statusquery import JobStatus, query_status
@@ -307,8 +314,6 @@ class EventLogWatch:
 
     def check(self) -> bool:
         """True when a ``requeue`` or ``end`` event was appended since the last call."""
-        from hpcjobs.jobs.chain import parse_chain
-
         size = self._size()
         if size is None or size == self.offset:
             return False
@@ -373,8 +378,6 @@ def follow_chain(
     a job is seen within seconds of its script logging it. ``watch`` replaces the default one
     (on ``<output_dir>/chain-<root>.jsonl``; ``output_dir`` defaults to the job index's).
     """
-    from hpcjobs.jobs.chain import chain_output_dir, chain_path, ended_by_accounting, load_chain
-
     if watch is None:
         folder = output_dir or chain_output_dir(root)
         if folder:

@@ -17,13 +17,15 @@ its ``#SBATCH`` header::
 so a job that reads ``$HPCJOBS_ARRAY_TASK_ID`` (or adds ``${HPCJOBS_ARRAY_OFFSET:-0}`` to
 ``$SLURM_ARRAY_TASK_ID``) sees the task numbers the user asked for, split or not. Arrays that
 fit are submitted unchanged and have neither variable. A ``%N`` throttle is shared between the
-chunks so that at most N tasks run at once in total.
+chunks so that at most N tasks run at once in total. A render loads this module, and most jobs
+are no array: :mod:`hpcjobs.slurm.arrays` is imported only for one that is.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
@@ -180,7 +182,7 @@ def plan_submission(
         args.append(f"--dependency={dependency}")
     if array is None:
         return SubmissionPlan(args, None, comment)
-    from hpcjobs.slurm.arrays import parse_array, split_array  # here: most jobs are no array
+    from hpcjobs.slurm.arrays import parse_array, split_array
 
     spec = parse_array(array)
     limit = max_array_size
@@ -220,7 +222,6 @@ def submit_rendered(
     """
     plan = plan_submission(rendered, client=client, max_array_size=max_array_size, after=after)
     store = files or LocalFiles()
-    import secrets  # imported here: a dry run never draws a token
 
     token = secrets.token_hex(16)
     created = datetime.now(timezone.utc)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, cast
 
+from hpcjobs.contract.slurmstates import is_terminal
 from hpcjobs.errors import HpcJobsError
 from hpcjobs.jobs.checkpointclaim import Prepared, Reuse, note_submitted, prepare_run_folder
 from hpcjobs.jobs.records import FileStore, LocalFiles
@@ -52,10 +53,9 @@ def claim_folder(
     """Check the checkpoint folder of ``rendered`` against its run and claim it (unless
     ``dry_run``). A folder another run claimed and never checkpointed into is taken over
     when none of that run's jobs may still start (one Slurm query; ``client`` None: made on
-    ``runner`` then, so that a dry run that never asks builds none)."""
+    ``runner`` then, so that a dry run that never asks builds, or imports, none)."""
 
     def queued(job_ids: list[str]) -> bool | None:
-        from hpcjobs.contract.slurmstates import is_terminal
         from hpcjobs.slurm.backend import make_client
         from hpcjobs.slurm.statusquery import query_status
 

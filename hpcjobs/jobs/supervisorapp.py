@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
+import zipfile
 from pathlib import Path
 
+import hpcjobs.contract as contract
+import hpcjobs.runtime.supervisor as package
 from hpcjobs.contract import names
 from hpcjobs.errors import BadInputError
 from hpcjobs.jobs.records import FileStore, LocalFiles
@@ -39,9 +43,6 @@ _CONTRACT_ROOT = b'"""hpcjobs, as the job\'s supervisor carries it: the contract
 def _entries() -> tuple[tuple[str, bytes], ...]:
     """The archive's entries, in order: its ``__main__.py``, the contract under ``hpcjobs/``,
     then the supervisor's modules."""
-    import hpcjobs.contract as contract
-    import hpcjobs.runtime.supervisor as package
-
     shared = Path(contract.__file__).parent
     source = Path(package.__file__).parent
     contract_modules = [
@@ -63,9 +64,6 @@ def _entries() -> tuple[tuple[str, bytes], ...]:
 @functools.cache
 def supervisor_app() -> bytes:
     """The zipapp's bytes."""
-    import io
-    import zipfile
-
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
         for name, data in _entries():

@@ -11,5 +11,6 @@
 * :mod:`hpcjobs.plan.jobfile`: a job file for the chosen layout.
 
 docs/plan.md gives the formulas, their sources and a worked example. Only the standard
-library is imported here (and pydantic/yaml where a site config or job file is read).
+library is imported here, but for :mod:`~hpcjobs.plan.jobfile` (a job file: pydantic, yaml) and
+the bounded file reader, imported where a model config is read.
 """

@@ -17,12 +17,15 @@ recomputation in ``HPCJOBS_PLAN_*`` variables; otherwise the plan's own values a
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from hpcjobs.errors import BadInputError
+from hpcjobs.jobs.chain import chain_file, checkpoint_step, read_chain
+from hpcjobs.jobs.records import find_record, read_record
 from hpcjobs.plan.model import RECOMPUTES, ModelSpec, Recompute
+from hpcjobs.safetext import parse_int
 
 _HINT = (
     "--from-run needs a run submitted from here with a checkpoint folder in which the "
@@ -53,8 +56,6 @@ def measure_run(job_id: str, *, index_dir: Path | None = None) -> MeasuredRun:
     Raises:
         BadInputError: The job is unknown here, or left nothing to time its steps by.
     """
-    from hpcjobs.jobs.records import find_record, read_record
-
     path = find_record(job_id, index_dir=index_dir)
     if path is None:
         raise BadInputError(f"--from-run {job_id}: no hpcjobs record of that job here", hint=_HINT)
@@ -116,8 +117,6 @@ def _from_checkpoints(root: Path, job_id: str) -> tuple[float, int, str] | None:
 def _from_progress(
     root: Path, job_id: str, record: dict[str, Any]
 ) -> tuple[float, int, str] | None:
-    from hpcjobs.jobs.chain import chain_file, checkpoint_step, read_chain
-
     progress = root / "PROGRESS"
     try:
         text = progress.read_text(encoding="utf-8").strip()
@@ -160,9 +159,6 @@ def achieved_flops_per_gpu(
     Returns:
         The rate, and what it was computed from (JSON-ready).
     """
-    from dataclasses import replace
-
-    from hpcjobs.safetext import parse_int
 
     def number(name: str, default: int) -> int:
         value = run.plan_value(name)

@@ -26,6 +26,7 @@ from hpcjobs.plan.model import (
 )
 from hpcjobs.plan.search import Fixed
 from hpcjobs.plan.timing import Hardware
+from hpcjobs.safetext import parse_int
 
 if TYPE_CHECKING:
     from hpcjobs.config.models import Partition, Price, SiteConfig
@@ -73,8 +74,6 @@ def parse_layout(text: str) -> Fixed:
     Raises:
         BadInputError: An unknown key, a repeated key, or a bad value.
     """
-    from hpcjobs.safetext import parse_int
-
     hint = "for example --layout tp=8,pp=4 or --layout tp=4,pp=2,dp=16,mb=1,sp=on"
     values: dict[str, int | bool] = {}
     for item in text.split(","):

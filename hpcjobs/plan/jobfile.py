@@ -12,9 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from hpcjobs.atomicfile import READABLE, write_atomic
 from hpcjobs.errors import BadInputError
 from hpcjobs.plan.memory import Layout, Precision
+from hpcjobs.script.jobspec import parse_spec
 
 
 def plan_env(
@@ -53,8 +56,6 @@ def job_data(
         BadInputError: The layout's GPUs do not fill whole nodes, or the fields do not make a
             valid job spec.
     """
-    from hpcjobs.script.jobspec import parse_spec
-
     if layout.gpus % gpus_per_node and layout.gpus > gpus_per_node:
         raise BadInputError(
             f"{layout.gpus} GPUs do not fill whole nodes of {gpus_per_node} GPUs",
@@ -82,8 +83,6 @@ def write_job_file(path: Path, data: dict[str, Any], *, header: str, force: bool
     Raises:
         BadInputError: The file exists (without ``force``) or cannot be written.
     """
-    import yaml
-
     if path.exists() and not force:
         raise BadInputError(
             f"{path} exists; not overwriting it", hint="pass --force, or another --apply path"

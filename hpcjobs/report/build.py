@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
+from hpcjobs.errors import HpcJobsError
+from hpcjobs.jobs.records import find_record, read_record
 from hpcjobs.report.goodput import (
     BADPUT_PARTS,
     LABELS,
@@ -26,7 +28,9 @@ from hpcjobs.report.goodput import (
     split_run,
     step_times,
 )
+from hpcjobs.report.gpu import read_gpu_samples
 from hpcjobs.report.money import Rate, chain_cost
+from hpcjobs.report.progressfiles import read_progress
 from hpcjobs.runtime.progress import Report
 from hpcjobs.slurm.usage import RunUsage
 
@@ -526,9 +530,6 @@ def collect(
     One ``sacct`` for every job of every chain (skipped when ``usage`` is given); the progress
     reports and telemetry are read from each chain's output folder.
     """
-    from hpcjobs.report.gpu import read_gpu_samples
-    from hpcjobs.report.progressfiles import read_progress
-
     if usage is None:
         ids: list[str] = []
         for root, ref in refs.items():
@@ -548,9 +549,6 @@ def collect(
 
 def requested_from_record(root: str, host: str | None = None) -> int | None:
     """GPUs a job asked for (nodes x GPUs per node), from its local submission record."""
-    from hpcjobs.errors import HpcJobsError
-    from hpcjobs.jobs.records import find_record, read_record
-
     path = find_record(root, host=host)
     if path is None:
         return None

@@ -9,12 +9,16 @@ value), binding on or off, nodes, GPUs per node, ranks per node, the launcher an
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
+from hpcjobs.errors import HpcJobsError
+from hpcjobs.jobs.records import find_record, read_record
 from hpcjobs.report.build import ChainReport
 from hpcjobs.report.goodput import BADPUT_PARTS, LABELS
 from hpcjobs.report.money import money_digits
+from hpcjobs.texttable import table
 
 _TUNING = re.compile(r"^export ((?:NCCL|UCX|GLOO)_\w+)=(.*?)(?:\s+#\s*(.*))?$")
 _SPEC_KEYS = (
@@ -50,8 +54,6 @@ def compare_reports(
 
 
 def compare_text(data: dict[str, Any]) -> str:
-    from hpcjobs.texttable import table
-
     a, b = str(data["a"]), str(data["b"])
     body = [
         [r["what"], str(r["a"]), str(r["b"]), str(r["change"]), r.get("direction") or "-"]
@@ -71,9 +73,6 @@ def compare_text(data: dict[str, Any]) -> str:
 
 def script_differences(a: str, b: str, host: str | None = None) -> list[dict[str, str]]:
     """What differed between the two jobs as rendered, from their local submission records."""
-    from hpcjobs.errors import HpcJobsError
-    from hpcjobs.jobs.records import find_record, read_record
-
     sides = []
     for root in (a, b):
         path = find_record(root, host=host)
@@ -155,7 +154,5 @@ def _pct(value: float | None) -> float | None:
 
 def _show(value: Any) -> str:
     if isinstance(value, list):
-        import shlex
-
         return shlex.join(str(item) for item in value)
     return "(default)" if value is None else str(value)

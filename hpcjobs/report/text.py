@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from hpcjobs.report.build import ChainReport
 from hpcjobs.report.goodput import BADPUT_PARTS, LABELS
 from hpcjobs.report.money import format_money
+from hpcjobs.texttable import table
 
 if TYPE_CHECKING:
     from hpcjobs.report.gpu import GpuSummary
@@ -61,8 +62,6 @@ def _cost_line(cost: dict[str, Any]) -> str:
 
 def _breakdown_table(report: ChainReport, cost: dict[str, Any] | None) -> str:
     """The table of goodput and each badput part: share, time and (with prices) cost."""
-    from hpcjobs.texttable import table
-
     parts = cost["parts"] if cost is not None else None
     rows = [["goodput", _pct(report.share("goodput")), _dur(report.part_s("goodput"))]]
     rows += [
@@ -79,8 +78,6 @@ def _breakdown_table(report: ChainReport, cost: dict[str, Any] | None) -> str:
 
 def _runs_table(report: ChainReport) -> str:
     """The table of runs: job, start, length, GPUs, how it ended, goodput, CPU and memory."""
-    from hpcjobs.texttable import table
-
     headers = ["RUN", "JOB", "START", "ELAPSED", "GPUS", "STATE", "CAUSE", "GOODPUT"]
     headers += ["CPU EFF", "PEAK MEM"]
     rows = []
@@ -110,8 +107,6 @@ def _runs_table(report: ChainReport) -> str:
 
 def _gpu_table(gpu: GpuSummary) -> str:
     """The table of GPUs from telemetry: mean utilisation, memory, and which sat idle."""
-    from hpcjobs.texttable import table
-
     gpu_rows = [
         [
             g.host,

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hpcjobs.atomicfile import PRIVATE, PRIVATE_DIR, write_atomic
 from hpcjobs.contract.jobenv import (
@@ -45,9 +45,7 @@ from hpcjobs.contract.jobenv import (
     ENV_RUN_FILE,
 )
 from hpcjobs.errors import BadInputError
-
-if TYPE_CHECKING:
-    from hpcjobs.runtime.progress import ProgressWriter
+from hpcjobs.runtime.progress import ProgressWriter
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +281,6 @@ def _report(write: Callable[[ProgressWriter], None]) -> None:
     """Report to ``$HPCJOBS_PROGRESS_DIR`` when it is set; a failure there only logs."""
     if not os.environ.get(ENV_PROGRESS_DIR):
         return
-    from hpcjobs.runtime.progress import ProgressWriter
 
     writer = ProgressWriter.from_env()
     if writer is None:

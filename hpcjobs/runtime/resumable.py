@@ -43,6 +43,7 @@ from typing import Any, NoReturn
 
 from hpcjobs.contract.jobenv import ENV_CHECKPOINT_DIR, ENV_RESTART_COUNT
 from hpcjobs.runtime.checkpoint import CheckpointDir, report_step
+from hpcjobs.runtime.distributed import micro_batches
 from hpcjobs.runtime.stopflag import StopFlag, initialised_dist
 from hpcjobs.runtime.supervisor.requeuerequest import request_continuation
 
@@ -149,8 +150,6 @@ class Resumable:
         """This rank's share of a step of ``total`` micro-batches, the same global batch at any
         world size: sum the gradients over them, each loss times ``world_size / total``
         (:func:`hpcjobs.runtime.distributed.micro_batches`)."""
-        from hpcjobs.runtime.distributed import micro_batches
-
         return micro_batches(total, self.rank, self.world_size)
 
     @property

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import time
 from types import FrameType
 from typing import Any
@@ -109,8 +110,6 @@ class StopFlag:
 
 def initialised_dist() -> Any:
     """``torch.distributed`` if torch is already imported and a process group is up."""
-    import sys
-
     if "torch" not in sys.modules:
         return None
     try:

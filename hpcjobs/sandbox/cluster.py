@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import secrets
 import socket
 import time
@@ -460,8 +461,6 @@ def _short_hostname() -> str:
 
 def _ensure_user(name: str) -> tuple[int, int]:
     """The uid and gid of user ``name`` on this host, created (a system user) when missing."""
-    import pwd
-
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
@@ -478,8 +477,6 @@ def _ensure_user(name: str) -> tuple[int, int]:
 
 
 def _current_user() -> str:
-    import pwd
-
     return pwd.getpwuid(os.geteuid()).pw_name
 
 

@@ -30,7 +30,10 @@ from hpcjobs.config.fields import (
 )
 from hpcjobs.config.launchers import LAUNCHERS, Launcher
 from hpcjobs.config.models import MaxRequeues, Partition, SiteConfig
-from hpcjobs.contract.slurmtime import parse_slurm_time
+from hpcjobs.config.problems import dotted
+from hpcjobs.config.validate import schema_findings
+from hpcjobs.config.yamlfile import read_yaml_file
+from hpcjobs.contract.slurmtime import format_slurm_time, parse_slurm_time
 from hpcjobs.errors import BadInputError
 from hpcjobs.logger import logger
 from hpcjobs.safetext import (
@@ -298,8 +301,6 @@ def load_job_file(path: Path) -> dict[str, Any]:
     Raises:
         BadInputError: The file cannot be read, is not YAML, or is not a mapping.
     """
-    from hpcjobs.config.yamlfile import read_yaml_file
-
     if not path.exists():
         where = "" if path.is_absolute() else f" in {Path.cwd()}"
         raise BadInputError(
@@ -607,8 +608,6 @@ def _short_time_hint(signal: str, lead: int, time_s: int) -> str:
     Slurm may send the warning up to :data:`SIGNAL_EARLY_S` before the lead, so the job needs
     more than ``lead + 60`` s; a lead should be at least the checkpoint time + 60 s.
     """
-    from hpcjobs.contract.slurmtime import format_slurm_time
-
     # A minute of work before the earliest signal, in whole minutes (Slurm's resolution).
     example = -(-(lead + 2 * SIGNAL_EARLY_S) // 60) * 60
     hint = (
@@ -671,9 +670,6 @@ def _user() -> str:
 def _format_errors(exc: ValidationError, flag_keys: frozenset[str] = frozenset()) -> str:
     """One line per problem, ``  path: message`` (paths as ``site validate`` writes them,
     ``command.1``), a field given on the command line said so."""
-    from hpcjobs.config.problems import dotted
-    from hpcjobs.config.validate import schema_findings
-
     lines = []
     for finding in schema_findings(exc, JobSpec, noun="field"):
         where = dotted(finding.path)

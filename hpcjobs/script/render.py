@@ -32,6 +32,7 @@ from hpcjobs.jobs.runidentity import fingerprint, run_identity
 from hpcjobs.jobs.supervisorapp import supervisor_path
 from hpcjobs.runtime.supervisor.cli import ENV_PYTHON
 from hpcjobs.runtime.supervisor.deliver import ENV_PROGRAM, ENV_TOKEN
+from hpcjobs.runtime.supervisor.policy import Policy, dump
 from hpcjobs.script.binding import BindingPlan, plan_binding
 from hpcjobs.script.jobspec import JobSpec, Where, resolve_spec
 from hpcjobs.script.sbatchopts import check_sbatch_options, is_first_submission_only
@@ -326,8 +327,6 @@ def _warning(job: JobSpec) -> tuple[str, int]:
 
 def _policy(job: JobSpec, site: SiteConfig, signals: list[str], continuation: list[str]) -> str:
     """The supervisor's policy (:mod:`hpcjobs.runtime.supervisor.policy`) as JSON."""
-    from hpcjobs.runtime.supervisor.policy import Policy, dump
-
     faults = _faults(job, site)
     requeue = job.requeue
     signal, lead = _warning(job)

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import jinja2
 
 from hpcjobs.atomicfile import PRIVATE_DIR
+from hpcjobs.config.locate import search_dirs, user_config_dir
 from hpcjobs.errors import TemplateError
 from hpcjobs.resources import templates_dir
 from hpcjobs.safetext import is_safe
@@ -77,7 +78,6 @@ def search_path(
     for entry in os.environ.get("HPCJOBS_TEMPLATE_PATH", "").split(os.pathsep):
         if entry.strip():
             dirs.append(("HPCJOBS_TEMPLATE_PATH", Path(entry).expanduser()))
-    from hpcjobs.config.locate import search_dirs, user_config_dir
 
     dirs.append(("user", user_config_dir() / "templates"))
     if site_name:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcjobs.config import SITE_ENV
+from hpcjobs.config.loader import load_site
 from hpcjobs.config.models import SiteConfig
 from hpcjobs.errors import BadInputError
 from hpcjobs.jobs.records import make_private_dir
@@ -295,7 +296,5 @@ def default_folder(site: SiteConfig, partition: str | None = None) -> Path:
 
 
 def _load_site(value: str | os.PathLike[str] | None) -> SiteConfig:
-    from hpcjobs.config.loader import load_site
-
     chosen = value if value is not None else os.environ.get(SITE_ENV) or None
     return load_site(Path(chosen) if isinstance(chosen, os.PathLike) else chosen)

@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hpcjobs.backoff import NO_RETRY
 from hpcjobs.errors import HpcJobsError
 from hpcjobs.jobs.chain import Chain, chain_file, read_chain
 from hpcjobs.logger import logger
 from hpcjobs.runner import LocalRunner
 from hpcjobs.slurm.client import SlurmClient
+from hpcjobs.slurm.statusquery import row_matches
 from hpcjobs.submitit.compat import slurm as submitit_slurm
 from hpcjobs.submitit.compat import utils
 from hpcjobs.textlines import split_lines
@@ -205,9 +207,6 @@ def queue_state(job_id: str, client: SlurmClient | None = None) -> str | None:
     must not block), and reused for :data:`QUEUE_STATE_TTL_S` seconds so that polling
     ``job.state`` in a loop does not load the controller.
     """
-    from hpcjobs.backoff import NO_RETRY
-    from hpcjobs.slurm.statusquery import row_matches
-
     now = time.monotonic()
     seen = _QUEUE_STATES.get(job_id)
     if seen is not None and now - seen[0] < QUEUE_STATE_TTL_S:

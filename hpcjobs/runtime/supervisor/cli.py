@@ -3,6 +3,8 @@
 ``python3 supervisor.pyz --script "$0" --policy JSON -- LAUNCHER...`` supervises one run of a
 job (:mod:`.supervise`) and exits with the job's exit code; ``python3 supervisor.pyz agent
 --shared DIR --every S ...`` is a node agent (:mod:`.agent`), one per node of the run.
+Each program imports only its own half (in :func:`main` and ``_agent``): the renderer imports
+this module too, for :data:`ENV_PYTHON`.
 """
 
 from __future__ import annotations
