@@ -406,6 +406,8 @@ def main() -> int:
             for key, (fault, since, bench) in benches.items():
                 if args.only and key not in args.only:
                     continue
+                if key == "grow" and not args.elastic:
+                    continue  # growing back needs an elastic size (-N 2-3)
                 trials = [bench(slurm, folder, trial) for trial in range(args.repeat)]
                 rows.append((fault, summary(trials), since))
             if not args.skip_default and not args.only:

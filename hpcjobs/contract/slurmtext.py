@@ -1,10 +1,12 @@
-"""Slurm's text, read the one way: fields of ``scontrol show`` output and Slurm's local time
-stamps. Durations and time limits are :mod:`.slurmtime`'s; job states, :mod:`.slurmstates`'."""
+"""Slurm's text, read the one way: fields of ``scontrol show`` output. Durations, time limits
+and time stamps are :mod:`.slurmtime`'s; job states, :mod:`.slurmstates`'."""
 
 from __future__ import annotations
 
 import re
-import time
+
+#: What Slurm prints for a value it does not have.
+UNSET = frozenset({"", "(null)", "N/A", "None", "Unknown", "None assigned"})
 
 
 def field(info: str, key: str) -> str:
@@ -13,14 +15,6 @@ def field(info: str, key: str) -> str:
     ReqNodeList) does not count."""
     found = re.findall(rf"(?:^|\s){re.escape(key)}=(\S*)", info)
     return found[-1] if found else ""
-
-
-def epoch(text: str) -> float | None:
-    """Slurm's local ``YYYY-MM-DDTHH:MM:SS`` as epoch seconds (None for Unknown, None, "")."""
-    try:
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
 
 
 def line_value(info: str, key: str) -> str:

@@ -1,10 +1,14 @@
 """Slurm's time syntax, parsed in one place: time limits (``MM``, ``MM:SS``, ``HH:MM:SS``,
 ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``, ``UNLIMITED``/``INFINITE``) and the durations Slurm
-reports (``squeue %L``, ``sacct Elapsed``), which are the same syntax with at least one colon."""
+reports (``squeue %L``, ``sacct Elapsed``), which are the same syntax with at least one colon;
+and its local time stamps (``YYYY-MM-DDTHH:MM:SS``)."""
 
 from __future__ import annotations
 
 import re
+from datetime import datetime
+
+from .slurmtext import UNSET
 
 UNLIMITED = ("UNLIMITED", "INFINITE")
 
@@ -83,3 +87,20 @@ def parse_duration(text: str) -> int | None:
         return parse_slurm_time(value)
     except ValueError:
         return None
+
+
+def parse_timestamp(text: str) -> datetime | None:
+    """A local-time ``datetime`` from Slurm's ``YYYY-MM-DDTHH:MM:SS``; None when unset."""
+    text = text.strip()
+    if text in UNSET:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def epoch(text: str) -> float | None:
+    """Slurm's local ``YYYY-MM-DDTHH:MM:SS`` as epoch seconds (None when unset)."""
+    stamp = parse_timestamp(text)
+    return None if stamp is None else stamp.timestamp()

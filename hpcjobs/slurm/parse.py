@@ -15,7 +15,8 @@ from typing import TypeVar
 
 from hpcjobs.contract import slurmstates
 from hpcjobs.contract.causes import RESIZING
-from hpcjobs.contract.slurmtime import format_slurm_time, parse_duration
+from hpcjobs.contract.slurmtext import UNSET
+from hpcjobs.contract.slurmtime import format_slurm_time, parse_duration, parse_timestamp
 from hpcjobs.textlines import split_lines
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_./:]*)=")
@@ -60,8 +61,6 @@ SACCT_FIELDS = (
 
 #: squeue fields for finding a submission by its token (``Comment`` is free text: last).
 TOKEN_FIELDS = ("ArrayJobID", "JobID", "Comment")
-
-_NULLS = frozenset({"", "(null)", "N/A", "None", "Unknown", "None assigned"})
 
 
 def squeue_format(fields: tuple[str, ...]) -> str:
@@ -374,17 +373,6 @@ def base_state(state: str) -> tuple[str, str | None]:
     return slurmstates.base_state(state), (by.strip() or None) if sep else None
 
 
-def parse_timestamp(text: str) -> datetime | None:
-    """A local-time ``datetime`` from Slurm's ``YYYY-MM-DDTHH:MM:SS``; None when unset."""
-    text = text.strip()
-    if text in _NULLS:
-        return None
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return None
-
-
 def parse_exit_code(text: str) -> tuple[int | None, int | None]:
     """``(code, signal)`` from ``"1:0"``; ``(None, None)`` when absent."""
     code, _, sig = text.strip().partition(":")
@@ -398,7 +386,7 @@ def format_duration(seconds: int | None) -> str:
 
 def _text(value: str) -> str:
     value = value.strip()
-    return "" if value in _NULLS else value
+    return "" if value in UNSET else value
 
 
 def _text_or_none(value: str) -> str | None:

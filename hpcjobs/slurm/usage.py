@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from hpcjobs.contract.slurmtime import parse_duration
+from hpcjobs.contract.slurmtime import parse_duration, parse_timestamp
 from hpcjobs.slurm.parse import (
     base_state,
     fold_resized,
-    parse_timestamp,
     resized_overlap,
 )
 from hpcjobs.textlines import split_lines

@@ -75,3 +75,13 @@ def test_the_contract_needs_the_standard_library_only() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_time_stamps_are_read_one_way() -> None:
+    from hpcjobs.contract.slurmtime import epoch, parse_timestamp
+
+    stamp = parse_timestamp("2026-12-07T02:30:00")
+    assert stamp is not None and (stamp.hour, stamp.minute) == (2, 30)
+    assert epoch("2026-12-07T02:30:00") == stamp.timestamp()
+    for unset in ("Unknown", "None", "", "N/A", "not a time"):
+        assert parse_timestamp(unset) is None and epoch(unset) is None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcjobs.contract.slurmtime import parse_timestamp
 from hpcjobs.slurm import parse
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -154,8 +155,8 @@ def test_small_helpers() -> None:
     assert parse.base_state("RUNNING") == ("RUNNING", None)
     assert parse.parse_exit_code("0:15") == (0, 15)
     assert parse.parse_exit_code("") == (None, None)
-    assert parse.parse_timestamp("Unknown") is None
-    assert parse.parse_timestamp("None") is None
+    assert parse_timestamp("Unknown") is None
+    assert parse_timestamp("None") is None
     assert parse.format_duration(90061) == "1-01:01:01"
     assert parse.format_duration(None) == "-"
     assert parse.squeue_format(("JobID", "Name")) == "JobID:|,Name:|"

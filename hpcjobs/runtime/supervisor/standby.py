@@ -14,7 +14,8 @@ from hpcjobs.contract.causes import (
 )
 from hpcjobs.contract.eventlog import TOOK_OVER
 from hpcjobs.contract.slurmstates import has_ended
-from hpcjobs.contract.slurmtext import epoch, field
+from hpcjobs.contract.slurmtext import field
+from hpcjobs.contract.slurmtime import epoch
 
 from . import decide
 from .context import RunContext

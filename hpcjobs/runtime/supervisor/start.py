@@ -24,7 +24,8 @@ from hpcjobs.contract.jobenv import (
     ENV_RESTART_COUNT,
     ENV_RUN_FILE,
 )
-from hpcjobs.contract.slurmtext import epoch, line_value
+from hpcjobs.contract.slurmtext import line_value
+from hpcjobs.contract.slurmtime import epoch
 
 from . import decide, frameworks
 from .agent import (
