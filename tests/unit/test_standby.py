@@ -325,7 +325,6 @@ def test_a_site_that_warns_with_sigterm_keeps_its_whole_lead(tmp_path: Path) -> 
     time to checkpoint, and the supervisor waits for it."""
     sup = _supervisor(tmp_path, FakeSlurm(), FakeClock())
     sup.ctx.policy = Policy(signal="TERM")
-    sup.state.warning = "TERM"
     sup.on_signal(signal.SIGTERM, None)
     assert sup.state.term_at == 0.0 and sup.state.signal == "warning"
     plain = _supervisor(tmp_path, FakeSlurm(), FakeClock())

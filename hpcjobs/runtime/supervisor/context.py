@@ -62,7 +62,7 @@ class RunContext:
         #: How the waits for Slurm tell the time and pass it (tests give a fake clock).
         self.clock = clock
         self.sleep = sleep
-        self.state = RunState(policy.signal)
+        self.state = RunState()
         self.job = env.get("SLURM_JOB_ID", "0")
         array, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
         self.task = task

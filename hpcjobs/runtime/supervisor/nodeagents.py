@@ -156,7 +156,7 @@ class NodeAgents:
 
     def signal(self, name: str = "HUP") -> bool:
         """Send the agents SIG``name``: SIGHUP asks them to end (they write once more and
-        remove their node-local folders; :meth:`stop_agents` waits for them), their
+        remove their node-local folders; :meth:`stop` waits for them), their
         :data:`.agent.WARN_SIGNAL` to deliver the warning. Whether the signal went out."""
         agents = self.process
         if agents is None or agents.poll() is not None:

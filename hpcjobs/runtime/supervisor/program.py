@@ -86,7 +86,7 @@ class Program:
             if child is not None and state.phase == RUN and not state.signal_logged:
                 state.signal_logged = True
                 self.ctx.event("signal", state.signal, "SIG" + name, when, signal="SIG" + name)
-            if name != "TERM" or state.warning == "TERM":
+            if name != "TERM" or self.ctx.policy.signal == "TERM":
                 to_stderr(
                     f"hpcjobs: SIG{name} received (the warning): delivering it to the program's "
                     "processes that listen for it\n"

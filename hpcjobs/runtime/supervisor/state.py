@@ -29,9 +29,7 @@ class RunState:
     """The run's phase and signals (one per supervisor; reset for each run by
     :meth:`new_run`)."""
 
-    def __init__(self, warning: str) -> None:
-        #: The job's warning signal, without ``SIG``: a SIGTERM is the warning where it is TERM.
-        self.warning = warning
+    def __init__(self) -> None:
         self.phase = BEGIN
         self.signal = NO_SIGNAL
         #: When Slurm's SIGTERM came (monotonic; 0: not yet). Kept across runs in one job.
@@ -50,9 +48,10 @@ class RunState:
         #: Slurm was told not to requeue this job (Requeue=0).
         self.requeue_off = False
 
-    def record(self, name: str) -> None:
-        """The signal handler's one call: SIG``name`` came."""
-        if name == "TERM" and self.warning != "TERM":
+    def record(self, name: str, warning: str) -> None:
+        """The signal handler's one call: SIG``name`` came (``warning``: the job's warning
+        signal, without ``SIG``; a SIGTERM is the warning where it is TERM)."""
+        if name == "TERM" and warning != "TERM":
             self.term_at = self.term_at or time.monotonic()
             self.signal = self.signal or TERM
         else:

@@ -131,7 +131,7 @@ class Supervisor:
     def on_signal(self, signum: int, _frame: object) -> None:
         """Records the signal, nothing more: the main thread acts on it
         (:meth:`.program.Program.act_on_signals`)."""
-        self.state.record(signal.Signals(signum).name[3:])
+        self.state.record(signal.Signals(signum).name[3:], self.ctx.policy.signal)
 
     def relaunch(self) -> None:
         """The next run, inside this job, on the nodes :meth:`.nodes.Nodes.take` chose. A SIGTERM
