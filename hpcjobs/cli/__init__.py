@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("hpcjobs.cli.logs:logs", "Print or follow a job's log, across requeues."),
     "cancel": ("hpcjobs.cli.cancel:cancel", "Cancel jobs or send them a signal."),
     "history": ("hpcjobs.cli.history:history", "Show every run of a job and why it ended."),
+    "suspects": (
+        "hpcjobs.cli.suspects:suspects",
+        "List the nodes kept out of your jobs after repeated faults, and why.",
+    ),
     "report": ("hpcjobs.cli.report:report", "Goodput and badput: where a chain's GPU-hours went."),
     "ssh": ("hpcjobs.cli.ssh:ssh", "Check and trust SSH connections to login nodes."),
     "plan": ("hpcjobs.cli.plan:plan", "Pick the parallel layout; estimate time and GPU-hours."),

@@ -59,7 +59,7 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
             "chain": ids,
             "jobs": [_with_stops(h, stops) for h in histories],
             "interruptions": interruptions,
-            "final": None if final is None else {"result": final.cause, "detail": final.detail},
+            "final": _final_data(final),
             "final_source": source if final is not None else None,
         }
         click.echo(json.dumps(data, indent=2))
@@ -145,6 +145,17 @@ def _final(ref: ChainRef | None, histories: list[JobHistory]) -> tuple[Event | N
     return ended_by_accounting(ref.chain, ref.current, newest[-1].runs[-1].state), "accounting"
 
 
+def _final_data(final: Event | None) -> dict[str, Any] | None:
+    """The chain's end for ``--json``: result and detail, and what repeated in a restart
+    storm (docs/faults.md)."""
+    if final is None:
+        return None
+    data: dict[str, Any] = {"result": final.cause, "detail": final.detail}
+    if isinstance(final.data.get("repeated"), dict):
+        data["repeated"] = final.data["repeated"]
+    return data
+
+
 def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]], final: Event | None) -> None:
     click.echo()
     ids = ref.chain.job_ids
@@ -179,6 +190,9 @@ def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]], final: Even
         click.echo("Result: still running")
     else:
         click.echo(f"Result: {final.cause} ({final.detail})")
+        repeated = final.data.get("repeated")
+        if isinstance(repeated, dict) and repeated.get("evidence"):
+            click.echo(f"  Repeated each time: {repeated['evidence']}")
 
 
 #: What the table shows for a step the event log leaves unknown (``--json``: null).

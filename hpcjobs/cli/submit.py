@@ -183,6 +183,14 @@ def _requeue_options(func: F) -> F:
                 "never report progress are never judged.",
             ),
             click.option(
+                "--storm-runs",
+                type=click.IntRange(0, 1000),
+                metavar="N",
+                help="Stop the chain once N runs in a row end with the same fault and get no "
+                "further (no newer checkpoint, no later step): a restart storm, not worth the "
+                "rest of the budget (0: never; default: the site's, faults.storm_runs, 3).",
+            ),
+            click.option(
                 "--spare-nodes",
                 type=click.IntRange(0, 2**31 - 1),
                 metavar="K",
@@ -339,6 +347,7 @@ def submit(
     _submit(
         ctx,
         rendered,
+        site=site,
         runner=runner,
         host=host,
         after=list(after),
@@ -473,6 +482,7 @@ def flags_to_fields(flags: dict[str, Any]) -> dict[str, Any]:
         "bind": flags.get("bind"),
         "gpu_monitor": flags.get("gpu_monitor"),
         "stall_timeout": flags.get("stall_timeout"),
+        "storm_runs": flags.get("storm_runs"),
         "spare_nodes": flags.get("spare_nodes"),
         "node_multiple": flags.get("node_multiple"),
         "torchrun": flags.get("torchrun_path"),
@@ -555,6 +565,7 @@ def _submit(
     ctx: click.Context,
     rendered: RenderedJob,
     *,
+    site: SiteConfig,
     runner: Runner | None,
     host: str | None,
     after: list[str],
@@ -568,6 +579,7 @@ def _submit(
 
     runner = runner or LocalRunner()
     client = make_client(runner)
+    rendered = _without_offenders(rendered, site, runner, client)
     files = cast("FileStore", runner) if host else None  # SshRunner writes over SFTP
     submitted = submit_run(
         rendered,
@@ -622,6 +634,40 @@ def _submit(
             f"{_now()} {_report_line(client, runner, result.job_ids[0], rendered)}", err=True
         )
     ctx.exit(outcome.exit_code)
+
+
+def _without_offenders(
+    rendered: RenderedJob, site: SiteConfig, runner: Runner, client: SlurmClient
+) -> RenderedJob:
+    """``rendered``, leaving out the user's repeat offenders (docs/faults.md), with a note on
+    what it left out and what it could not."""
+    from hpcjobs.jobs import keptout
+
+    offenders = keptout.kept_out(site.faults, runner)
+    if not offenders:
+        return rendered
+    spec = rendered.spec
+    partition = spec.partition or site.default_partition.name
+    needed = (spec.min_nodes or spec.nodes) + (spec.spare_nodes or 0)
+    members = keptout.partition_nodes(client, partition)
+    plan = keptout.plan_exclusion(offenders, members, needed, rendered.sbatch_args)
+    if plan.nodes:
+        until = {k.node: k.until for k in offenders}
+        when = ", ".join(f"{n} until {_clock(until[n])}" for n in plan.nodes)
+        click.echo(
+            f"Note: leaving out repeat offender(s) {when} ('hpcjobs suspects' says why)",
+            err=True,
+        )
+    if plan.refused:
+        click.echo(
+            f"Note: not leaving out repeat offender(s) {', '.join(plan.refused)}: {plan.why}",
+            err=True,
+        )
+    return rendered._replace(sbatch_args=keptout.with_exclusion(rendered.sbatch_args, plan.nodes))
+
+
+def _clock(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
 
 
 def _report_line(client: SlurmClient, runner: Runner, root: str, rendered: RenderedJob) -> str:

@@ -433,6 +433,10 @@ class Requeue(_Model):
     max_requeues: MaxRequeues = MaxRequeues()
 
 
+#: An absolute path on the cluster.
+AbsolutePath = Annotated[SafeStr, Field(min_length=2, max_length=4000, pattern=r"/.*")]
+
+
 class Faults(_Model):
     """Failures without a warning: crash signatures, stalls, suspect nodes (docs/requeue.md)."""
 
@@ -444,9 +448,25 @@ class Faults(_Model):
     stall_grace: NonNegativeInt = 10
     #: How many nodes a chain excludes at most (the oldest exclusion is lifted first).
     max_excluded_nodes: NonNegativeInt = 8
+    #: Runs in a row that end with the same fault and get no further (no newer checkpoint, no
+    #: later step) before the chain stops: a restart storm (0: never; else at least 2).
+    storm_runs: Annotated[int, Field(ge=0, le=1000)] = 3
+    #: Faults within ``keep_out_hours`` that keep a node out of the user's later jobs (a repeat
+    #: offender; 0: none is kept out).
+    keep_out_faults: Annotated[int, Field(ge=0, le=1000)] = 2
+    keep_out_hours: Annotated[int, Field(ge=1, le=24 * 365)] = 24
+    #: The file every chain's blamed nodes go to (absolute; default: the user's own,
+    #: ``~/.local/state/hpcjobs/suspects.jsonl``); a site may name one its admins read.
+    suspects_file: AbsolutePath | None = None
     #: Shell command run on a suspect node before it is excluded; exit 0 clears the node.
     health_check: Annotated[SafeStr, Field(min_length=1, max_length=4000)] | None = None
     health_check_timeout: PositiveInt = 60
+
+    @model_validator(mode="after")
+    def _storm_runs(self) -> "Faults":
+        if self.storm_runs == 1:
+            raise ValueError("storm_runs: 0 (never) or at least 2 (one run cannot repeat)")
+        return self
 
 
 class Monitoring(_Model):

@@ -10,5 +10,6 @@ Standard library only, Python 3.8 or newer, and it imports nothing else of hpcjo
 - :mod:`.eventlog`: the chain's event log, its format, its one parser, what a chain says;
 - :mod:`.slurmtime`, :mod:`.slurmstates`, :mod:`.slurmtext`: Slurm's time syntax, job states
   and ``scontrol`` fields, each read one way;
-- :mod:`.slurmcmd`: the one small Slurm runner of the job side.
+- :mod:`.slurmcmd`: the one small Slurm runner of the job side;
+- :mod:`.suspects`: the user's suspect nodes across chains, and the repeat offenders.
 """

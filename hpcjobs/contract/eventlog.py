@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .causes import GROW
 
@@ -48,8 +49,10 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
         "checkpoint",
         "progress",
     ),
-    # The chain is over; ``cause`` is finish or fail, ``detail`` says why.
-    "end": (),
+    # The chain is over; ``cause`` is finish or fail, ``detail`` says why. ``rule``: why a
+    # run that exited 0 was finished (or not); ``repeated``: a restart storm stopped it, what
+    # repeated (cause, runs, checkpoint, progress, nodes, evidence).
+    "end": ("rule", "repeated"),
     # The first warning signal or SIGTERM of a run (cause warning or term).
     "signal": ("signal",),
     # A run of ``standby_for`` submitted its standby: job ``standby`` waits for it to end.
@@ -126,6 +129,18 @@ class Event:
         """For a ``requeue``: the restart count of the run that ended."""
         run = self.number("stopped_run")
         return self.restart if run is None else run
+
+
+class RunEnd(NamedTuple):
+    """How one run ended, as a restart storm is judged (:meth:`Chain.run_ends`): its cause, the
+    newest complete checkpoint and the step reached (-1: none; None: not known), the node
+    blamed ("" none) and the evidence ("")."""
+
+    cause: str
+    checkpoint: int | None
+    progress: int | None
+    node: str = ""
+    evidence: str = ""
 
 
 def is_growth(event: Event) -> bool:
@@ -320,6 +335,28 @@ class Chain:
             if event.event == "end":
                 stops.setdefault((event.job_id, event.restart), event)
         return stops
+
+    def run_ends(self) -> list[RunEnd]:
+        """How each run that the chain went on after ended, oldest first (in-job runs and moves
+        to a grower included): the ``requeue`` (or growth) event, with the fault logged for it."""
+        ends: list[RunEnd] = []
+        fault: Event | None = None
+        for event in self.events:
+            if event.event == "fault":
+                fault = event
+            elif event.event == "requeue" or is_growth(event):
+                blamed = fault is not None and fault.cause == event.cause
+                ends.append(
+                    RunEnd(
+                        event.cause,
+                        event.number("checkpoint"),
+                        event.number("progress"),
+                        fault.text("node") if blamed and fault else "",
+                        fault.text("evidence") if blamed and fault else "",
+                    )
+                )
+                fault = None
+        return ends
 
     def last_ending(self) -> Event | None:
         """The newest event that tells how a run ended (signal events may come after it)."""

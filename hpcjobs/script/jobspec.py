@@ -167,6 +167,12 @@ def _program(value: list[str]) -> list[str]:
     return value
 
 
+def _storm_runs(value: int) -> int:
+    if value == 1:
+        raise ValueError("0 (never) or at least 2: one run cannot repeat")
+    return value
+
+
 def _count(minimum: int, maximum: int = MAX_COUNT) -> BeforeValidator:
     """A whole number in ``minimum..maximum``: an int or ASCII digits, never a bool or float."""
     return whole_number(minimum, maximum, text_ok=True)
@@ -263,6 +269,9 @@ class JobSpec(_Model):
     gpu_monitor: Flag = True
     #: Seconds a rank may go without advancing its progress report (0: off; None: the site's).
     stall_timeout: Annotated[int, _count(0)] | None = None
+    #: Runs in a row that end the same way, no further, before the chain stops (0: never;
+    #: None: the site's ``faults.storm_runs``).
+    storm_runs: Annotated[int, _count(0, 1000), AfterValidator(_storm_runs)] | None = None
     torchrun: Program = "torchrun"
 
     @property

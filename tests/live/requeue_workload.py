@@ -25,6 +25,10 @@ Faults of one rank (``--fault-rank R``, default 1), in the first run only, after
 - ``--fault raise``: the rank raises an ordinary Python exception;
 - ``--fault hang``: the rank stops making progress and ignores the warning signal.
 
+``--fault-every-run``: in every run, not only the first (a fault that follows the program: it
+resumes before ``--fault-at`` and fails there again). ``--fault-node NODE``: the rank that runs
+on NODE has the fault, whatever its rank (a fault that follows the node).
+
 Every rank reports its progress (``hpcjobs.runtime.progress``); ``--step-time-after`` slows
 every step after ``--fault-at`` instead (a slow job that still progresses). With
 ``--step-only`` the ranks other than 0 write only their step, no node and no log, as a shell
@@ -71,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fault-at", type=int, default=None)
     parser.add_argument("--fault-rank", type=int, default=1)
     parser.add_argument("--fault-text", default="")
+    parser.add_argument("--fault-every-run", action="store_true")
+    parser.add_argument("--fault-node", default=None)
     parser.add_argument("--step-time-after", type=float, default=None)
     parser.add_argument(
         "--step-only",
@@ -112,9 +118,14 @@ def pause_for(args: argparse.Namespace, step: int) -> float:
 
 def inject(args: argparse.Namespace, rank: int, step: int) -> None:
     """The fault this rank was told to have after ``step`` (first run only)."""
-    if args.fault is None or step != args.fault_at or rank != args.fault_rank:
+    if args.fault is None or step != args.fault_at:
         return
-    if os.environ.get("HPCJOBS_RESTART_COUNT", "0") != "0":
+    if args.fault_node is not None:
+        if os.environ.get("SLURMD_NODENAME") != args.fault_node:
+            return
+    elif rank != args.fault_rank:
+        return
+    if not args.fault_every_run and os.environ.get("HPCJOBS_RESTART_COUNT", "0") != "0":
         return
     if args.fault == "crash":
         print(f"[workload] rank {rank} crashing after step {step}", flush=True)

@@ -23,7 +23,7 @@ def complete(shell: str, words: str, cword: str) -> str:
 
 
 def test_bash_completes_a_command() -> None:
-    assert complete("bash", "hpcjobs su", "1").split() == ["plain,submit"]
+    assert complete("bash", "hpcjobs sub", "1").split() == ["plain,submit"]
 
 
 def test_zsh_completes_a_command_with_its_help() -> None:

@@ -169,6 +169,7 @@ def _job_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "HPCJOBS_JOB_OUTPUT_DIR": str(run_dir),
         "HPCJOBS_CHECKPOINT_DIR": str(run_dir / "ckpt"),
         "TMPDIR": str(tmp_path),  # the node-local folders
+        "XDG_STATE_HOME": str(tmp_path / "state"),  # the user's suspects file
         **extra,
     }
 

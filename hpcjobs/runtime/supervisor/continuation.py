@@ -57,7 +57,7 @@ class Continuation:
         comment = (self.ctx.slurm.queue_value(self.ctx.job, "%k") or [""])[0].strip()
         root = self.ctx.root or self.ctx.self_id
         if excluded is None:
-            excluded = self.ctx.chain.excluded()
+            excluded = self.run.nodes.later_exclusions()
         return successor_args(
             self.ctx.policy.sbatch_args, root, excluded, self.ctx.task, comment, nodes
         )

@@ -7,6 +7,7 @@ docs/requeue.md shows it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
@@ -21,6 +22,7 @@ from hpcjobs.contract.causes import (
     TIMEOUT,
     of_slurm_state,
 )
+from hpcjobs.contract.eventlog import RunEnd
 
 #: How much later than the warning lead time a warning may come and still mean "the time
 #: limit is near" (Slurm sends it within a minute of the lead time; the rest is margin).
@@ -298,3 +300,97 @@ def find_stall(
         1 for r in seen if r != oldest and steps[r] == steps[oldest] and seen[r] - seen[oldest] <= 2
     )
     return Stall(oldest, steps[oldest], int(idle), tied)
+
+
+#: The causes a restart storm is made of: faults, whose next run meets the same program on
+#: the same data (a preemption or the time limit says nothing of the program).
+STORM_CAUSES = frozenset({NODE_FAILURE, INFRASTRUCTURE, STALL, APPLICATION})
+#: The causes whose same failure on another node points at the program, not the node (a node
+#: failure is Slurm's word that the node itself went away).
+PROGRAM_CAUSES = frozenset({INFRASTRUCTURE, STALL, APPLICATION})
+
+
+def advanced(before: RunEnd, after: RunEnd) -> bool | None:
+    """Whether the run that ended as ``after`` got further than the one that ended as
+    ``before``: a newer checkpoint, or a later step reached. None: not known (the program
+    reports no progress, and no newer checkpoint shows it moved)."""
+    old, new = before.checkpoint, after.checkpoint
+    if old is not None and new is not None and new > old:
+        return True
+    old, new = before.progress, after.progress
+    if old is None or new is None or old < 0 or new < 0:
+        return None
+    return new > old
+
+
+def signature(evidence: str) -> str:
+    """The evidence with what differs between nodes and runs (host names, addresses, ranks,
+    process ids, times: every number) left out, to compare two failures."""
+    return re.sub(r"\d+", "#", evidence).strip()
+
+
+def same_failure(before: RunEnd, after: RunEnd) -> bool:
+    """Whether ``after`` repeats ``before``: the same cause, no further, and (where that is not
+    known from progress) the same evidence."""
+    if before.cause != after.cause:
+        return False
+    moved = advanced(before, after)
+    if moved is None:
+        return bool(after.evidence) and signature(before.evidence) == signature(after.evidence)
+    return not moved
+
+
+def storm(ends: Sequence[RunEnd], runs: int) -> bool:
+    """Whether the newest ``runs`` run ends (oldest first, the run just ended last) make a
+    restart storm: each a fault of :data:`STORM_CAUSES`, each the same failure as the one
+    before (:func:`same_failure`). ``runs`` below 2 turns the rule off."""
+    if runs < 2 or len(ends) < runs:
+        return False
+    last = list(ends[-runs:])
+    if last[0].cause not in STORM_CAUSES:
+        return False
+    return all(same_failure(last[i - 1], last[i]) for i in range(1, len(last)))
+
+
+def points_at_program(before: RunEnd | None, after: RunEnd) -> bool:
+    """Whether the run just ended (``after``) points at the program, not at its suspect: it
+    failed as the run before did, with no progress between them, and that one's suspect was
+    another node (the same failure on different nodes)."""
+    if before is None or after.cause not in PROGRAM_CAUSES:
+        return False
+    if not before.node or not after.node or before.node == after.node:
+        return False
+    return same_failure(before, after)
+
+
+def storm_detail(ends: Sequence[RunEnd], runs: int) -> dict[str, object]:
+    """What repeated in a restart storm of the newest ``runs`` ends: the ``end`` event's
+    ``repeated`` field."""
+    last = list(ends[-runs:])
+    nodes = list(dict.fromkeys(e.node for e in last if e.node))
+    evidence = next((e.evidence for e in reversed(last) if e.evidence), "")
+    return {
+        "cause": last[-1].cause,
+        "runs": runs,
+        "checkpoint": last[-1].checkpoint,
+        "progress": last[-1].progress,
+        "nodes": nodes,
+        "evidence": evidence,
+    }
+
+
+def storm_reason(repeated: dict[str, object]) -> str:
+    """The ``end`` event's detail for a restart storm (:func:`storm_detail`)."""
+    where = []
+    progress, checkpoint = repeated.get("progress"), repeated.get("checkpoint")
+    if isinstance(progress, int) and progress >= 0:
+        where.append(f"at step {progress}")
+    if isinstance(checkpoint, int):
+        where.append("no checkpoint" if checkpoint < 0 else f"checkpoint {checkpoint}")
+    nodes = repeated.get("nodes") or []
+    on = f" on {','.join(str(n) for n in nodes)}" if isinstance(nodes, list) and nodes else ""
+    place = f" ({', '.join(where)})" if where else ""
+    return (
+        f"restart storm: {repeated['runs']} runs in a row ended with {repeated['cause']}{on}"
+        f"{place} and none got further"
+    )

@@ -249,15 +249,38 @@ class Nodes:
         partition = self.ctx.env.get("SLURM_JOB_PARTITION", "").split(",")[0]
         return self.ctx.slurm.partition_nodes(partition) if partition else None
 
-    def exclude(self, cause: str, nodes: Sequence[str]) -> None:
-        """Exclude ``nodes`` from every later run of the chain, within the limits."""
-        room = None
+    def room(self) -> int | None:
+        """How many of the partition's nodes a later job of the chain can do without (None:
+        unknown): every later job asks for the nodes this one asked for (spares too)."""
         total = self.partition_nodes()
-        if total is not None:
-            # Every later job of the chain asks for the nodes this one asked for (spares too).
-            fewest = self.ctx.policy.min_nodes or self.ctx.policy.nodes
-            wanted = fewest + self.ctx.policy.spare_nodes if self.ctx.policy.in_job else 0
-            room = total - (wanted or int(self.ctx.env.get("SLURM_JOB_NUM_NODES", "1") or 1))
+        if total is None:
+            return None
+        fewest = self.ctx.policy.min_nodes or self.ctx.policy.nodes
+        wanted = fewest + self.ctx.policy.spare_nodes if self.ctx.policy.in_job else 0
+        return total - (wanted or int(self.ctx.env.get("SLURM_JOB_NUM_NODES", "1") or 1))
+
+    def later_exclusions(self) -> list[str]:
+        """The nodes a later job of the chain leaves out: the chain's exclusions, then the
+        user's repeat offenders (:mod:`.repeats`) while the job still fits the partition."""
+        excluded = self.ctx.chain.excluded()
+        offenders = [n for n in self.run.repeats.kept_out() if n not in excluded]
+        if not offenders:
+            return excluded
+        room = self.room()
+        fit = len(offenders) if room is None else max(room - len(excluded), 0)
+        if fit < len(offenders):
+            left = offenders[fit:]
+            self.ctx.log(
+                f"not leaving out repeat offender(s) {' '.join(left)}: the chain's jobs need the "
+                "rest of the partition"
+            )
+        return excluded + offenders[:fit]
+
+    def exclude(self, cause: str, nodes: Sequence[str], evidence: str = "") -> None:
+        """Exclude ``nodes`` from every later run of the chain, within the limits, and add a
+        blame of each to the user's suspects (:mod:`.repeats`)."""
+        self.run.repeats.blame(cause, nodes, evidence)
+        room = self.room()
         limit = decide.exclusion_limit(self.ctx.policy.max_excluded, room)
         kept, released = decide.excluded_after(self.ctx.chain.excluded(), list(nodes), limit)
         detail = "nodes=" + (",".join(kept) or "-")
@@ -277,13 +300,25 @@ class Nodes:
             )
         self.ctx.log(message)
 
-    def fault_exclude(self, cause: str, suspect: str) -> bool:
+    def fault_exclude(self, cause: str, suspect: str, evidence: str = "") -> bool:
         """Exclude the suspect from later runs, unless the site's health check clears it;
         whether it was blamed."""
         if not suspect or self.run.health.healthy(suspect):
             return False
-        self.exclude(cause, [suspect])
+        self.exclude(cause, [suspect], evidence)
         return True
+
+    def lift(self, cause: str, nodes: Sequence[str], why: str) -> None:
+        """Lift the chain's exclusion of ``nodes`` (those it excludes), saying ``why``."""
+        current = self.ctx.chain.excluded()
+        released = [n for n in nodes if n in current]
+        if not released:
+            return
+        kept = [n for n in current if n not in released]
+        detail = "nodes=" + (",".join(kept) or "-") + f" released={','.join(released)} ({why})"
+        limit = self.ctx.policy.max_excluded
+        self.ctx.event("exclude", cause, detail, nodes=kept, released=released, limit=limit)
+        self.ctx.log(f"no longer excluding {' '.join(released)}: {why}")
 
     def blame_failed_nodes(self) -> list[str]:
         """A node of this run failed and this batch host lived on: log it, exclude it; the
@@ -296,5 +331,5 @@ class Nodes:
             NODE_FAILURE, suspect, f"srun: error: Node failure on {suspect or '?'}"
         )
         if failed:
-            self.exclude(NODE_FAILURE, failed)
+            self.exclude(NODE_FAILURE, failed, f"srun: error: Node failure on {suspect}")
         return failed

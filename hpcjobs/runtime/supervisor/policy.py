@@ -33,6 +33,14 @@ class Policy(NamedTuple):
     stall_timeout: int = 0  #: seconds without progress that make a stall (0: no watch)
     stall_grace: int = 10  #: seconds a stalled run gets to checkpoint
     max_excluded: int = 8  #: nodes a chain excludes at most
+    #: Runs in a row that end the same way and get no further before the chain stops (a
+    #: restart storm; 0: never).
+    storm_runs: int = 3
+    #: The user's suspects file ("": the user's own, :mod:`hpcjobs.contract.suspects`).
+    suspects_file: str = ""
+    #: Faults within ``keep_out_hours`` that keep a node out of later jobs (0: none is kept out).
+    keep_out_faults: int = 2
+    keep_out_hours: int = 24
     health_check: str = ""  #: shell command run on a suspect before it is excluded
     health_timeout: int = 60
     #: The site's infrastructure signatures (grep -E), searched after hpcjobs' own.

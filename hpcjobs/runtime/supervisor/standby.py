@@ -129,8 +129,8 @@ class Standby:
             return ""
         # Two updates: Slurm refuses the whole of one that holds a refused field. If the
         # exclusion comes too late, the standby hands over when it starts.
-        excluded = self.ctx.chain.excluded()
-        if excluded:
+        excluded = self.run.nodes.later_exclusions()
+        if excluded or self.ctx.chain.count("exclude"):  # an empty list lifts a released one
             self.ctx.slurm.update(self.job, "ExcNodeList=" + ",".join(excluded))
         if not self.ctx.slurm.update(self.job, "Dependency=afterany:" + self.ctx.job):
             # Slurm may already have started it (this run died of a node failure).

@@ -49,6 +49,7 @@ from .nodeagents import NodeAgents
 from .nodes import Nodes
 from .policy import Policy
 from .program import Program
+from .repeats import Repeats
 from .standby import Standby
 from .start import Start
 from .state import END, FINISH
@@ -87,6 +88,7 @@ class Supervisor:
         self.health = Health(self)
         self.ending = Ending(self)
         self.continuation = Continuation(self)
+        self.repeats = Repeats(self)
 
     def main(self) -> int:
         """Supervise this job's runs; the job's exit code."""
@@ -181,7 +183,7 @@ class Supervisor:
             self.ctx.event("end", "finish", "done marker present")
             self.continuation.end_chain()
             return 0
-        cause, suspect, _evidence = self.ending.classify(rc)
+        cause, suspect, evidence = self.ending.classify(rc)
         failed: list[str] = []
         if cause == NODE_FAILURE:
             # The standby may be logging this already: then leave it to it.
@@ -220,6 +222,10 @@ class Supervisor:
             self.ctx.event("end", "fail", "cancelled")
             self.continuation.stop_followers()
             return decide.exit_code(cause, rc, False)
+        end = self.repeats.this_end(cause, suspect, evidence)
+        stop = self.repeats.storm_stop(end, rc)
+        if stop is not None:
+            return stop
         used, allowed = self.ctx.chain.count("requeue", cause), self.ctx.budget(cause)
         verdict = decide.budget_verdict(
             cause, used, allowed, self.ctx.chain.count("requeue"), self.ctx.policy.max_total, rc
@@ -241,7 +247,7 @@ class Supervisor:
                     f"{cause} (exit code {rc}); not requeued ({used}/{allowed} requeues used)"
                 )
             return decide.exit_code(cause, rc, False)
-        if cause in (INFRASTRUCTURE, STALL) and self.nodes.fault_exclude(cause, suspect):
+        if cause in (INFRASTRUCTURE, STALL) and self.repeats.blame_suspect(end):
             failed = [suspect]
         if self.nodes.stays_in_job(cause, failed):
             return None
