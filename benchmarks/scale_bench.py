@@ -1,6 +1,9 @@
 """Growth figures: the scale scenario (tests/scale/scenario.py) at 2, 16 and 128 nodes × 8
 light ranks, each figure side by side with its growth from the smallest size.
 
+A second table splits each recovery into its phases (detect, decide, relaunch, first step,
+all ranks), with hpcjobs' own CPU seconds in each beside the wall time.
+
 Each size gets a sandbox of its own (the nodes plus 3 spares) that goes down afterwards.
 Beside hpcjobs's launch, a bare ``srun`` of the same light ranks (one step) gives what Slurm
 and this host take to start that many processes: the baseline of the launch figures.
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.scale.phases import PHASES
 from tests.scale.scenario import (
     GPUS,
     LIGHT_RANK,
@@ -43,6 +49,7 @@ ROWS = (
     ("submit_s", "hpcjobs submit, wall s"),
     ("srun_launch_s", "bare srun of the ranks (1 step), wall s"),
     ("launch_s", "submit to every rank reporting, s"),
+    ("srun_teardown_s", "bare srun: a rank's crash to srun's exit, s"),
     ("fs_ops_per_node_s", "shared-folder metadata ops per node and s"),
     ("fs_ops_supervisor_per_s", "  of which the supervisor's reads, per s"),
     ("node_lost_s", "node DOWN to running again, s"),
@@ -72,13 +79,40 @@ def bare_srun(cluster: BigCluster, nodes: int, folder: Path) -> float:
     return time.monotonic() - started
 
 
+def bare_crash(cluster: BigCluster, nodes: int, folder: Path) -> float:
+    """Seconds from a rank's crash (its error line on srun's stderr) to ``srun`` exiting, for
+    a bare ``srun --kill-on-bad-exit`` of the same light ranks: what Slurm and this host take to
+    tear down that many processes, the floor under a crash's ``detect`` phase."""
+    crash = f"0:{GPUS * nodes // 2 + 3}:3"
+    argv = [
+        "srun", "-N", str(nodes), f"--ntasks-per-node={GPUS}", "-t", "5", "--kill-on-bad-exit=1",
+        "--export", f"ALL,HPCJOBS_CHECKPOINT_DIR={folder},HPCJOBS_RESTART_COUNT=0",
+        PYTHON, LIGHT_RANK, "--steps", "1000", "--step-time", "1", "--crash", crash,
+        "--crash-text", "hpcjobs-bench: crashed",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, env={**os.environ, **cluster.env}, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    crashed = None
+    for line in proc.stderr:
+        if crashed is None and "hpcjobs-bench: crashed" in line:
+            crashed = time.monotonic()
+    proc.wait(timeout=300)
+    ended = time.monotonic()
+    return ended - crashed if crashed is not None else float("nan")
+
+
 def measure(nodes: int, folder: Path) -> dict[str, float]:
     with BigCluster.up(folder / "sandbox", nodes + SPARES, PORT_BASE) as cluster:
         figures: dict[str, float] = {}
         bare = folder / "bare"
         bare.mkdir(mode=0o755)
         figures["srun_launch_s"] = bare_srun(cluster, nodes, bare)
-        scenario = Scenario(cluster, folder / "scenario")
+        crash = folder / "bare-crash"
+        crash.mkdir(mode=0o755)
+        figures["srun_teardown_s"] = bare_crash(cluster, nodes, crash)
+        scenario = Scenario(cluster, folder / "scenario", sample_cpu=True)
         html = folder / "report.html"
         commands = scenario.run(html)
         figures.update(scenario.figures.values)
@@ -92,12 +126,27 @@ def measure(nodes: int, folder: Path) -> dict[str, float]:
         return figures
 
 
-def table(results: dict[int, dict[str, float]]) -> str:
+#: The faults whose recovery is split into phases (tests/scale/phases.py).
+FAULTS = (("node_lost", "node lost"), ("stall", "stall"), ("crash", "crash"))
+
+#: The phase table's rows: each fault's phases, wall seconds and hpcjobs' CPU seconds.
+PHASE_ROWS = tuple(
+    row
+    for fault, label in FAULTS
+    for phase in PHASES
+    for row in (
+        (f"{fault}_{phase}_s", f"{label}: {phase}, wall s"),
+        (f"{fault}_{phase}_cpu_s", f"{label}: {phase}, hpcjobs CPU s"),
+    )
+)
+
+
+def table(results: dict[int, dict[str, float]], rows: tuple[tuple[str, str], ...] = ROWS) -> str:
     sizes = sorted(results)
     head = f"{'figure':<46}" + "".join(f"{f'{n} x {GPUS}':>10}" for n in sizes)
     head += f"{'growth':>9}"
     lines = [head, "-" * len(head)]
-    for name, label in ROWS:
+    for name, label in rows:
         values = [results[n].get(name) for n in sizes]
         cells = "".join(f"{v:>10.2f}" if v is not None else f"{'-':>10}" for v in values)
         first, last = values[0], values[-1]
@@ -120,6 +169,8 @@ def main() -> int:
             results[nodes] = measure(nodes, folder)
             print(f"{nodes} nodes: scenario in {time.monotonic() - started:.0f} s", flush=True)
     print(table(results))
+    print("\nWhere each recovery's seconds go (tests/scale/phases.py):")
+    print(table(results, PHASE_ROWS))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

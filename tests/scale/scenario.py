@@ -41,6 +41,7 @@ from hpcjobs.runtime import lightrank
 from hpcjobs.runtime.progress import progress_dir
 from tests.live.test_faults import NCCL_IB_ERROR
 from tests.live.waiting import wait_for
+from tests.scale.phases import CpuSampler, boundaries, durations
 
 BIN = Path(sys.executable).absolute().parent
 HPCJOBS = str(BIN / "hpcjobs")
@@ -119,6 +120,10 @@ class Scenario:
     folder: Path
     figures: Figures = field(default_factory=Figures)
     root: str = ""
+    #: Sample hpcjobs' CPU time through the faults (benchmarks; :mod:`.phases`).
+    sample_cpu: bool = False
+    #: When each fault began: (name, fault index, time).
+    began: list[tuple[str, int, float]] = field(default_factory=list)
 
     @property
     def nodes(self) -> int:
@@ -236,6 +241,7 @@ class Scenario:
         self.cluster.slurm("scontrol", "update", f"nodename={victim}", "state=down", "reason=t")
         start = wait_for("run 1 to start", lambda: self.start_of(1), 120)
         fault = self.fault(0)
+        self.began.append(("node_lost", 0, down_at))
         self.figures["node_lost_s"] = start.time - down_at
         self.figures["node_lost_hpcjobs_s"] = start.time - fault.time
         return victim
@@ -260,6 +266,7 @@ class Scenario:
             stopped_at = self.last_report(rank, began.time)
             self.figures[f"{name}_s"] = nxt.time - stopped_at
             fault = self.fault(run)
+            self.began.append((name, run, stopped_at))
             self.figures[f"{name}_hpcjobs_s"] = nxt.time - fault.time
             assert fault.text("node") == nodes[rank // GPUS], self.chain_text()
             blamed.append(nodes[rank // GPUS])
@@ -332,14 +339,35 @@ class Scenario:
 
     def run(self, html: Path) -> dict[str, tuple[float, float, list[str]]]:
         """The whole scenario; the commands' figures (the rest is in :attr:`figures`)."""
+        sampler = CpuSampler(f"{self.out}/.hpcjobs/supervisor-") if self.sample_cpu else None
         self.launch()
         nodes = self.all_ranks_reporting(0)
         self.metadata_load(nodes[max(1, len(nodes) // 3)])  # not the batch host
-        self.lose_a_node(nodes)
-        self.hang_and_crash()
-        self.all_ranks_reporting(3)
+        if sampler is not None:
+            sampler.start()
+        try:
+            self.lose_a_node(nodes)
+            self.hang_and_crash()
+            self.all_ranks_reporting(3)
+        finally:
+            if sampler is not None:
+                sampler.stop()
+        self.account(sampler)
         self.cancel()
         return self.commands(html)
+
+    def account(self, sampler: CpuSampler | None) -> None:
+        """Each fault's phases (:mod:`.phases`): ``<fault>_<phase>_s``, and with ``sampler``
+        hpcjobs' CPU seconds in each, ``<fault>_<phase>_cpu_s``."""
+        histories = read_progress(LocalRunner(), str(self.out), self.root)
+        chain = self.chain
+        for name, index, began in self.began:
+            ends = boundaries(chain, index, began, histories)
+            for phase, seconds in durations(ends).items():
+                self.figures[f"{name}_{phase}_s"] = seconds
+            if sampler is not None:
+                for phase, cpu in sampler.per_phase(ends).items():
+                    self.figures[f"{name}_{phase}_cpu_s"] = cpu
 
 
 def _lines(path: Path) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -100,5 +101,53 @@ def test_deliver_signals_only_marked_processes_that_listen(tmp_path: Path) -> No
         assert all(p.poll() is None for p in procs)
     finally:
         for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_deliver_starts_from_the_pids_the_ranks_left(tmp_path: Path) -> None:
+    """With the node's progress folder: the processes the ranks left there (``program-<pid>``)
+    and their descendants, no other; a marked listener elsewhere on the host is not this
+    node's program. Without the files: every marked process of the host."""
+    got = tmp_path / "got"
+    child_ready = tmp_path / "child-ready"
+    # A rank that listens for nothing, with a worker (its child) that listens for SIGUSR1.
+    worker = (
+        "import signal, time, pathlib\n"
+        f"signal.signal(signal.SIGUSR1, lambda *_: pathlib.Path({str(got)!r}).touch())\n"
+        f"pathlib.Path({str(child_ready)!r}).touch()\n"
+        "time.sleep(30)\n"
+    )
+    rank = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {worker!r}])\n"
+    job = f"t{os.getpid()}-roots"
+    env = {**os.environ, ENV_PROGRAM: job}
+    started = subprocess.Popen([sys.executable, "-c", rank], env=env)
+    stray_ready = tmp_path / "stray-ready"
+    stray = subprocess.Popen(
+        [sys.executable, "-c", worker.replace(str(child_ready), str(stray_ready))], env=env
+    )
+    folder = tmp_path / "progress"
+    folder.mkdir()
+    (folder / f"{deliver.PROGRAM_FILE}{started.pid}").touch()
+    (folder / "rank-0").write_text("3\n")
+    try:
+        deadline = time.monotonic() + 10
+        while not (child_ready.exists() and stray_ready.exists()):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert deliver.started_pids(str(folder)) == [started.pid]
+        found = deliver.program_processes(job, roots=[started.pid])
+        assert started.pid in found and stray.pid not in found and len(found) == 2
+        everyone = deliver.program_processes(job)
+        assert {started.pid, stray.pid} <= set(everyone)
+        done = deliver.deliver(job, ["USR2", "USR1"], folder=str(folder))
+        (target,) = done.sent
+        assert target[1] == "USR1" and target[0] not in (started.pid, stray.pid)
+        assert done.deaf == 0
+    finally:
+        for pid in deliver.program_processes(job):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for p in (started, stray):
             p.kill()
             p.wait()

@@ -199,7 +199,10 @@ class Agent:
         say what was done in :func:`warned_file`, replaced atomically."""
         self.warn_due = False
         done = deliver.deliver(
-            os.environ.get(deliver.ENV_TOKEN, ""), self.warn_signals, node=self.node
+            os.environ.get(deliver.ENV_TOKEN, ""),
+            self.warn_signals,
+            node=self.node,
+            folder=self.local,
         )
         write_warned(self.shared, self.node, done)
 

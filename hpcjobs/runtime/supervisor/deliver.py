@@ -21,8 +21,13 @@ The rule, defined here once:
 - A process that catches none of them gets nothing: the warning alone never kills a program.
   Slurm's own SIGTERM at the end still reaches every process.
 
-One scan of ``/proc`` per node per warning: the work grows with the processes of one node,
-never with the job's ranks.
+Where to look: each rank, before it becomes the program, leaves an empty ``program-<pid>``
+file in its node's progress folder (the batch script's ``hpcjobs_rank_setup``); the agent reads
+those processes and their descendants (``/proc/<pid>/task/<tid>/children``), a few files per
+rank. Without such files (a launcher without a progress folder), or where the kernel does not
+list children, it scans every process of ``/proc`` once instead: the work grows with the
+processes of one node, never with the job's ranks, but a host that carries many Slurm nodes
+(the sandbox's 131 at scale) would scan its thousands of processes once per node.
 """
 
 from __future__ import annotations
@@ -121,38 +126,100 @@ def _read(path: str) -> str:
 ENV_NODE = "SLURMD_NODENAME"
 
 
-def program_processes(token: str, proc: str = "/proc", node: str = "") -> dict[int, Process]:
+#: In a node's progress folder: ``program-<pid>``, an empty file per process the batch script
+#: started as a rank of the program (the pid it keeps once it becomes the program).
+PROGRAM_FILE = "program-"
+
+
+def started_pids(folder: str) -> list[int]:
+    """The pids the ranks on this node left in ``folder`` (:data:`PROGRAM_FILE`)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    tail = [n[len(PROGRAM_FILE) :] for n in names if n.startswith(PROGRAM_FILE)]
+    return sorted(int(t) for t in tail if t.isdecimal())
+
+
+def _program_process(proc: str, pid: str, marker: bytes, node: str) -> Process | None:
+    """``pid`` as a process of the program (None: it is not one, or is gone): its
+    environment holds ``marker``, and (with ``node``) no other node's name."""
+    try:
+        with open(os.path.join(proc, pid, "environ"), "rb") as handle:
+            entries = handle.read().split(b"\0")
+    except OSError:
+        return None
+    if marker not in entries:
+        return None
+    if node:
+        prefix = f"{ENV_NODE}=".encode()
+        own = prefix + node.encode()
+        if any(e.startswith(prefix) and e != own for e in entries):
+            return None
+    status = _read(os.path.join(proc, pid, "status"))
+    parent = 0
+    for line in status.splitlines():
+        if line.startswith("PPid:"):
+            value = line.split(":", 1)[1].strip()
+            parent = int(value) if value.isdecimal() else 0
+            break
+    return Process(parent, caught_mask(status))
+
+
+def _children(proc: str, pid: int) -> list[int] | None:
+    """The children of ``pid`` (of all its threads); None where the kernel does not list
+    them (``/proc/<pid>/task/<tid>/children``)."""
+    tasks = os.path.join(proc, str(pid), "task")
+    try:
+        tids = os.listdir(tasks)
+    except OSError:
+        return []  # gone
+    found: list[int] = []
+    for tid in tids:
+        try:
+            with open(os.path.join(tasks, tid, "children"), "rb") as handle:
+                found += [int(x) for x in handle.read().split()]
+        except FileNotFoundError:
+            if tid == str(pid):
+                return None
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def program_processes(
+    token: str, proc: str = "/proc", node: str = "", roots: Sequence[int] = ()
+) -> dict[int, Process]:
     """The processes of the program of the run with ``token`` on this node (readable ones:
-    this user's); with ``node``, not those whose :data:`ENV_NODE` names another node."""
+    this user's); with ``node``, not those whose :data:`ENV_NODE` names another node. From
+    ``roots`` (the ranks' pids, :func:`started_pids`) and their descendants; without roots, or
+    where the kernel does not list children, from every process of ``proc``."""
     marker = f"{ENV_PROGRAM}={token}".encode()
-    node_prefix = f"{ENV_NODE}=".encode()
-    own_node = node_prefix + node.encode()
     found: dict[int, Process] = {}
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        process = _program_process(proc, str(pid), marker, node)
+        if process is None:
+            continue  # gone, or not the program's (a tee copying a rank's output)
+        below = _children(proc, pid)
+        if below is None:
+            return program_processes(token, proc, node)
+        found[pid] = process
+        todo.extend(below)
+    if roots:
+        return found
     try:
         names: Iterable[str] = os.listdir(proc)
     except OSError:
         return found
     for name in names:
-        if not name.isdecimal():
-            continue
-        try:
-            with open(os.path.join(proc, name, "environ"), "rb") as handle:
-                environ = handle.read()
-        except OSError:
-            continue
-        entries = environ.split(b"\0")
-        if marker not in entries:
-            continue
-        if node and any(e.startswith(node_prefix) and e != own_node for e in entries):
-            continue
-        status = _read(os.path.join(proc, name, "status"))
-        parent = 0
-        for line in status.splitlines():
-            if line.startswith("PPid:"):
-                value = line.split(":", 1)[1].strip()
-                parent = int(value) if value.isdecimal() else 0
-                break
-        found[int(name)] = Process(parent, caught_mask(status))
+        if name.isdecimal():
+            process = _program_process(proc, name, marker, node)
+            if process is not None:
+                found[int(name)] = process
     return found
 
 
@@ -173,12 +240,16 @@ class Delivery(NamedTuple):
         return ", ".join(parts) or "no process of the program found"
 
 
-def deliver(token: str, names: Sequence[str], proc: str = "/proc", node: str = "") -> Delivery:
+def deliver(
+    token: str, names: Sequence[str], proc: str = "/proc", node: str = "", folder: str = ""
+) -> Delivery:
     """Send the warning to the program of the run with ``token`` on this node, ``node`` when
-    given (see the module docs). Nothing without a token."""
+    given, from the ranks that left their pid in ``folder`` (the node's progress folder; see
+    the module docs). Nothing without a token."""
     if not token:
         return Delivery([], 0)
-    sent, deaf = targets(program_processes(token, proc, node), names)
+    roots = started_pids(folder) if folder else []
+    sent, deaf = targets(program_processes(token, proc, node, roots), names)
     done: list[tuple[int, str]] = []
     for pid, name in sent:
         with contextlib.suppress(OSError):

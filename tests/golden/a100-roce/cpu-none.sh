@@ -61,12 +61,14 @@ hpcjobs_start() {
 }
 hpcjobs_rank_setup() {
   # Runs in each rank (hpcjobs_rank): its progress folder on node-local storage, read by the
-  # node agent; and a copy of its output in capture-<root>/<node>.rank-<RANK>, for telling a
-  # crash of the node from one of the program (tee ignores the signals Slurm sends the step).
+  # node agent, with an empty program-<pid> file there (the process this rank becomes: the
+  # agent delivers the warning from it down, without looking at every process of the node);
+  # and a copy of its output in capture-<root>/<node>.rank-<RANK>, for telling a crash of the
+  # node from one of the program (tee ignores the signals Slurm sends the step).
   local node="${SLURMD_NODENAME:-$(hostname -s)}" file
   if [ -n "${HPCJOBS_NODE_TMP:-}" ]; then
     export HPCJOBS_PROGRESS_DIR="$HPCJOBS_NODE_TMP/$node"
-    (umask 077 && mkdir -p -- "$HPCJOBS_PROGRESS_DIR") 2>/dev/null
+    (umask 077 && mkdir -p -- "$HPCJOBS_PROGRESS_DIR" && : >"$HPCJOBS_PROGRESS_DIR/program-$$") 2>/dev/null
   fi
   file="${HPCJOBS_CAPTURE_DIR:-}/$node.rank-${RANK:-${SLURM_PROCID:-0}}"
   if [ -z "${HPCJOBS_CAPTURE_DIR:-}" ] || ! (umask 077 && : >>"$file") 2>/dev/null; then return 0; fi
