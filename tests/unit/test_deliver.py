@@ -58,6 +58,19 @@ def test_a_program_that_listens_for_nothing_gets_nothing() -> None:
     assert targets(procs, ["USR2", "USR1"]) == ([], 2)
 
 
+def test_a_process_that_got_the_warning_gets_nothing_more() -> None:
+    # Rank 10 got it from an earlier call; rank 20 started listening since; 30 is a launcher
+    # whose worker 31 got it: neither it nor its launcher is looked at again.
+    procs = {
+        10: Process(1, USR1),
+        11: Process(10, USR1),
+        20: Process(1, USR2),
+        30: Process(1, TERM),
+        31: Process(30, USR2),
+    }
+    assert targets(procs, ["USR2", "USR1"], warned={10, 31}) == ([(20, "USR2")], 0)
+
+
 def test_deliver_signals_only_marked_processes_that_listen(tmp_path: Path) -> None:
     """Real processes: one marked and catching SIGUSR1, one marked and deaf, one unmarked."""
     ready = tmp_path / "ready"
@@ -97,6 +110,9 @@ def test_deliver_signals_only_marked_processes_that_listen(tmp_path: Path) -> No
         while not got.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert got.exists()
+        # Asked again in the same run (a second warning): the listener is not signalled twice.
+        again = deliver.deliver(job, ["USR2", "USR1"], node="this-node", warned=[procs[0].pid])
+        assert again.sent == [] and again.deaf == 1
         # Nobody died of the warning.
         assert all(p.poll() is None for p in procs)
     finally:

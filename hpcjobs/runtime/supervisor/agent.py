@@ -156,6 +156,8 @@ class Agent:
         #: The signals the warning may be delivered on (:func:`.deliver.candidates`).
         self.warn_signals = list(warn)
         self.warn_due = False
+        #: The processes the warning went to in this run, with the signal: each gets it once.
+        self.warned: list[tuple[int, str]] = []
 
     def run(self) -> int:
         """Cycle until SIGHUP or SIGINT (what the supervisor sends when the step has ended) or
@@ -203,8 +205,10 @@ class Agent:
             self.warn_signals,
             node=self.node,
             folder=self.local,
+            warned={pid for pid, _name in self.warned},
         )
-        write_warned(self.shared, self.node, done)
+        self.warned += done.sent
+        write_warned(self.shared, self.node, deliver.Delivery(self.warned, done.deaf))
 
     def cycle(self) -> None:
         """Read the node's reports once; write the summary and the history."""

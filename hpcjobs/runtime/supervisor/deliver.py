@@ -20,6 +20,9 @@ The rule, defined here once:
   torchrun, whose workers listen).
 - A process that catches none of them gets nothing: the warning alone never kills a program.
   Slurm's own SIGTERM at the end still reaches every process.
+- A process gets the warning at most once per run: a second request to deliver it (a second
+  warning signal, a watch ending the step after the warning) passes over the processes that
+  already got it, and their children. A handler that saves and exits is not entered twice.
 
 Where to look: each rank, before it becomes the program, leaves an empty ``program-<pid>``
 file in its node's progress folder (the batch script's ``hpcjobs_rank_setup``); the agent reads
@@ -35,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 #: In the environment of the program's processes: the token of the run they belong to (the
@@ -88,11 +91,12 @@ def catches(mask: int, name: str) -> bool:
 
 
 def targets(
-    processes: Mapping[int, Process], names: Sequence[str]
+    processes: Mapping[int, Process], names: Sequence[str], warned: Collection[int] = ()
 ) -> tuple[list[tuple[int, str]], int]:
     """Who gets which signal (see the module docs): ``[(pid, name), ...]``, and how many of the
     program's processes that have no child among ``processes`` catch none of ``names`` and get
-    nothing (a rank that does not listen). Pure: ``tests/unit/test_deliver.py``."""
+    nothing (a rank that does not listen). The processes in ``warned`` got it already: they and
+    their children get nothing more. Pure: ``tests/unit/test_deliver.py``."""
     children: dict[int, list[int]] = {}
     for pid, process in processes.items():
         children.setdefault(process.parent, []).append(pid)
@@ -102,6 +106,8 @@ def targets(
     todo = list(reversed(roots))
     while todo:
         pid = todo.pop()
+        if pid in warned:
+            continue
         mask = processes[pid].caught
         chosen = next((name for name in names if catches(mask, name)), "")
         if chosen:
@@ -241,15 +247,21 @@ class Delivery(NamedTuple):
 
 
 def deliver(
-    token: str, names: Sequence[str], proc: str = "/proc", node: str = "", folder: str = ""
+    token: str,
+    names: Sequence[str],
+    proc: str = "/proc",
+    node: str = "",
+    folder: str = "",
+    warned: Collection[int] = (),
 ) -> Delivery:
     """Send the warning to the program of the run with ``token`` on this node, ``node`` when
     given, from the ranks that left their pid in ``folder`` (the node's progress folder; see
-    the module docs). Nothing without a token."""
+    the module docs), passing over the processes in ``warned`` (they got it from an earlier
+    call for this run; the caller keeps them). Nothing without a token."""
     if not token:
         return Delivery([], 0)
     roots = started_pids(folder) if folder else []
-    sent, deaf = targets(program_processes(token, proc, node, roots), names)
+    sent, deaf = targets(program_processes(token, proc, node, roots), names, warned)
     done: list[tuple[int, str]] = []
     for pid, name in sent:
         with contextlib.suppress(OSError):

@@ -55,6 +55,8 @@ class NodeAgents:
         #: whether that reached them.
         self.asking: threading.Thread | None = None
         self.asked = False
+        #: Without agents: the processes on this node the warning went to in this run.
+        self.warned_here: list[tuple[int, str]] = []
 
     def warn(self) -> None:
         """Have the warning delivered to the program on every node of the run: each node's
@@ -69,10 +71,16 @@ class NodeAgents:
             )
             return
         done = deliver.deliver(
-            self.ctx.env.get(deliver.ENV_TOKEN, ""), candidates, node=node_name()
+            self.ctx.env.get(deliver.ENV_TOKEN, ""),
+            candidates,
+            node=node_name(),
+            warned={pid for pid, _name in self.warned_here},
         )
+        self.warned_here += done.sent
         if self.ctx.progress_dir:
-            write_warned(self.ctx.progress_dir, node_name(), done)
+            write_warned(
+                self.ctx.progress_dir, node_name(), deliver.Delivery(self.warned_here, done.deaf)
+            )
         self.ctx.log(f"warning: {done.summary()} on this node (no node agents)")
 
     def warned(self) -> tuple[int, list[str]]:
@@ -98,6 +106,7 @@ class NodeAgents:
         run's token (:data:`.deliver.ENV_TOKEN`) goes to them and to the step: it marks the
         program's processes the agents deliver the warning to."""
         self.asking, self.asked = None, False
+        self.warned_here = []
         self.ctx.env[deliver.ENV_TOKEN] = deliver.new_token(self.ctx.job)
         # This node's folder is there before the program starts (a plain command runs here).
         mine = self.ctx.env.get(ENV_PROGRESS_DIR, "")
