@@ -2,12 +2,14 @@
 # Run the whole test suite: lint, type checks, unit, golden and live Slurm tests.
 # Sets up everything it needs first (see scripts/bootstrap.sh). Extra arguments go to pytest.
 #
-# The live tests then run again against the other Slurm releases (22.05 or 24.11, whichever
-# this machine does not run, and 26.05 from Debian unstable), each in a Debian root, see
-# scripts/test-other-release.sh; unit tests run once. The roots are built and their sandboxes
-# started in the background while this machine's own suite runs, and their live suites run
-# side by side (own roots, ports and state). HPCJOBS_TEST_BOTH_RELEASES=0 skips the other
-# releases, except under CI (docs/testing.md). Ends with a table of where the time went.
+# The live tests also run against the other Slurm releases (22.05 or 24.11, whichever this
+# machine does not run, and 26.05 from Debian unstable), each in a Debian root, see
+# scripts/test-other-release.sh; unit tests run once. The order: this machine's live and scale
+# tests, alone (the roots are built and their sandboxes started in the background meanwhile);
+# then its unit and golden tests, niced, while the other releases' live suites run side by
+# side (own roots, ports and state). With test paths given, one run of those, then the others.
+# HPCJOBS_TEST_BOTH_RELEASES=0 skips the other releases, except under CI (docs/testing.md).
+# Ends with a table of where the time went, and pytest's slowest tests of each run.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 logs=$(mktemp -d /tmp/hpcjobs-test-logs.XXXXXX)
@@ -115,37 +117,68 @@ stage "vermin (supervisor and contract, Python >= 3.8)" .venv/bin/vermin -q --no
 host=$(.venv/bin/python -c 'from hpcjobs.sandbox.release import host_release
 r = host_release()
 print(r.codename if r else "this machine")')
-# shellcheck disable=SC2016 # expanded by the inner bash
-stage "pytest: unit, golden, live ($host)" bash -c 'set -o pipefail; .venv/bin/python -m pytest "$@" 2>&1 | tee "$0"' \
-    "$logs/pytest-$host.log" "$@"
+# pytest_stage NAME LOG COMMAND...: a stage whose output also goes to LOG (counted by report).
+pytest_stage() {
+    local name=$1 log=$2
+    shift 2
+    # shellcheck disable=SC2016 # expanded by the inner bash
+    stage "$name" bash -c 'set -o pipefail; "$@" 2>&1 | tee "$0"' "$log" "$@"
+}
 
-# Only options carry over: test paths given for the first run need not exist for the others.
-options=()
+# Only options carry over to the other releases: test paths given for the first run need not
+# exist for the others. --durations: the slowest tests of each run, beside the stage table.
+options=(--durations=10)
+given_paths=false
 for arg in "$@"; do
-    [[ $arg == -* ]] && options+=("$arg")
+    if [[ $arg == -* ]]; then options+=("$arg"); else given_paths=true; fi
 done
 declare -A run_pid
-for rel in "${others[@]}"; do
-    if ! wait "${prep_pid[$rel]}"; then
-        echo "test: preparing the $rel root failed; its log:" >&2
-        cat "$logs/prepare-$rel.log" >&2
-        failed+=("prepare $rel")
-        continue
-    fi
-    (
-        t0=$(date +%s)
-        scripts/test-other-release.sh --release "$rel" --run "${options[@]}" \
-            >"$logs/pytest-$rel.log" 2>&1
-        rc=$?
-        printf '%s\t%s\t%s\n' "pytest: live ($rel, side by side)" $(($(date +%s) - t0)) "$rc" >>"$timings"
-        exit "$rc"
-    ) &
-    run_pid[$rel]=$!
-done
-for rel in "${!run_pid[@]}"; do
-    wait "${run_pid[$rel]}" || failed+=("pytest $rel")
-    echo "== pytest output ($rel)" >&2
-    cat "$logs/pytest-$rel.log"
-done
+
+# The other releases' live suites, side by side in the background, each once its root is ready.
+start_others() {
+    for rel in "${others[@]}"; do
+        if ! wait "${prep_pid[$rel]}"; then
+            echo "test: preparing the $rel root failed; its log:" >&2
+            cat "$logs/prepare-$rel.log" >&2
+            failed+=("prepare $rel")
+            continue
+        fi
+        (
+            t0=$(date +%s)
+            scripts/test-other-release.sh --release "$rel" --run "${options[@]}" \
+                >"$logs/pytest-$rel.log" 2>&1
+            rc=$?
+            printf '%s\t%s\t%s\n' "pytest: live ($rel, side by side)" $(($(date +%s) - t0)) "$rc" >>"$timings"
+            exit "$rc"
+        ) &
+        run_pid[$rel]=$!
+    done
+}
+
+wait_others() {
+    for rel in "${!run_pid[@]}"; do
+        wait "${run_pid[$rel]}" || failed+=("pytest $rel")
+        echo "== pytest output ($rel)" >&2
+        cat "$logs/pytest-$rel.log"
+    done
+}
+
+pytest=(.venv/bin/python -m pytest --durations=15)
+if $given_paths; then
+    # Test paths (or an option's value) given: one run of what was asked, then the others.
+    pytest_stage "pytest ($host)" "$logs/pytest-$host.log" "${pytest[@]}" "$@"
+    start_others
+    wait_others
+else
+    # The live and scale tests first, alone on the machine: their sanity bounds and timings
+    # assume so. Then the unit and golden tests, niced, beside the other releases' live suites
+    # (those mostly wait on Slurm): the suite stays within its hour.
+    pytest_stage "pytest: live and scale ($host)" "$logs/pytest-$host-live.log" \
+        "${pytest[@]}" tests/live tests/scale "$@"
+    start_others
+    pytest_stage "pytest: unit and golden ($host, niced, beside the others)" \
+        "$logs/pytest-$host-unit.log" nice -n 10 "${pytest[@]}" tests/unit "$@"
+    wait_others
+fi
 report
 ((${#failed[@]} == 0))

@@ -32,9 +32,9 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
 
     A requeued job keeps its id and runs again; accounting (sacct --duplicates) keeps a record
     per run. The cause says why a run ended, in the words the event log, the budgets and the
-    report use: preemption, timeout, node_failure, infrastructure, stall, application,
-    cancelled; or requeued, completed. GAP is the time from the end of a run to the start of
-    the next. Needs accounting; exits 3 if it has no record of the job.
+    report use: preemption, timeout, node_failure, infrastructure, stall, straggler,
+    application, cancelled; or requeued, completed. GAP is the time from the end of a run to
+    the start of the next. Needs accounting; exits 3 if it has no record of the job.
 
     For a job hpcjobs submitted, JOBID is the first job of its chain: continuations after a
     preemption, timeout or fault are listed too, and INTERRUPTIONS shows for each stop its cause,
@@ -42,7 +42,9 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
     unknown: the program reported no progress, or the checkpoint's step is unknown), the resume
     latency (end of the stopped run to the start of the next), the node blamed (SUSPECT), the
     nodes left out of every later run, and the evidence (the matched error line, or the
-    stalled rank and its last step). Result is the chain's end from
+    stalled rank and its last step). SLOW NODES lists the nodes found slower than their peers
+    (stragglers: steps over the window, theirs and the peers' median) and what was done:
+    swapped for a spare node, or left out of the next run. Result is the chain's end from
     its event log; a chain whose newest job was cancelled before its script could log (a
     pending continuation cancelled with scancel) ends "cancelled", from accounting.
     """
@@ -59,6 +61,7 @@ def history(ctx: click.Context, job_id: str, as_json: bool, host: str | None) ->
             "chain": ids,
             "jobs": [_with_stops(h, stops) for h in histories],
             "interruptions": interruptions,
+            "stragglers": _stragglers(ref),
             "final": _final_data(final),
             "final_source": source if final is not None else None,
         }
@@ -129,6 +132,26 @@ def _interruptions(ref: ChainRef) -> list[dict[str, Any]]:
     return [stop.to_dict() for stop in ref.chain.interruptions()]
 
 
+def _stragglers(ref: ChainRef | None) -> list[dict[str, Any]]:
+    """The chain's ``straggler`` events (docs/faults.md, "Stragglers"), as JSON-ready data."""
+    if ref is None:
+        return []
+    return [
+        {
+            "job_id": event.job_id,
+            "time": event.time,
+            "node": event.text("node"),
+            "steps": event.number("steps"),
+            "peers": event.data.get("peers"),
+            "window_s": event.number("window"),
+            "action": event.text("action"),
+            "detail": event.detail,
+        }
+        for event in ref.chain.events
+        if event.event == "straggler"
+    ]
+
+
 def _final(ref: ChainRef | None, histories: list[JobHistory]) -> tuple[Event | None, str]:
     """How the chain ended, and where that comes from: ``"event log"`` or ``"accounting"``.
 
@@ -186,6 +209,11 @@ def _print_chain(ref: ChainRef, interruptions: list[dict[str, Any]], final: Even
                 f"  {UNKNOWN}: unknown (the program reported no progress, or the step of the "
                 "checkpoint resumed from is unknown)"
             )
+    slow = _stragglers(ref)
+    if slow:
+        click.echo("Slow nodes (stragglers):")
+        for item in slow:
+            click.echo(f"  job {item['job_id']}: {item['detail']}")
     if final is None:
         click.echo("Result: still running")
     else:

@@ -458,6 +458,11 @@ class Faults(_Model):
     #: The file every chain's blamed nodes go to (absolute; default: the user's own,
     #: ``~/.local/state/hpcjobs/suspects.jsonl``); a site may name one its admins read.
     suspects_file: AbsolutePath | None = None
+    #: A node below this share of its peers' pace over ``straggler_window_s`` is a straggler:
+    #: swapped for a spare at the next checkpoint, else kept out of the next run (0: off;
+    #: docs/faults.md, "Stragglers").
+    straggler_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.8
+    straggler_window_s: Annotated[int, Field(ge=10, le=24 * 3600)] = 60
     #: Shell command run on a suspect node before it is excluded; exit 0 clears the node.
     health_check: Annotated[SafeStr, Field(min_length=1, max_length=4000)] | None = None
     health_check_timeout: PositiveInt = 60

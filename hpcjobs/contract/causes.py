@@ -28,6 +28,10 @@ FINISHED = "none"
 #: Not an end: a run below its full size made way for its grower, which holds more nodes (the
 #: cause of that ``handoff``). It spends no requeue budget.
 GROW = "grow"
+#: Not a fault: a run that made way, at a checkpoint, for a spare node in place of a node
+#: slower than its peers (a straggler; the ``straggler`` event says by how much). It spends no
+#: requeue budget.
+STRAGGLER = "straggler"
 
 #: How Slurm records the end of a run (a job state, first word) -> its cause, where the state
 #: says one. What a state means in context (a batch host that died without a word, a requeue

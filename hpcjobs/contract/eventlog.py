@@ -65,6 +65,10 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     # The nodes every later run leaves out (the whole list), those let go to stay within
     # ``limit``.
     "exclude": ("nodes", "released", "limit"),
+    # A node slower than its peers (cause straggler): its steps and the median of its peers'
+    # over ``window`` seconds, and what was done: ``swap`` (for a spare, at the next
+    # checkpoint) or ``keep_out`` (no spare: left out of the next run, this one goes on).
+    "straggler": ("node", "steps", "peers", "window", "action"),
     # The site's health check on one node (cause pass or fail): a suspect's, or a node's that
     # failed the pre-flight check (exit null: it gave no answer). Its exit code, its last line.
     "health": ("node", "exit", "output"),

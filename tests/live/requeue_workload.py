@@ -30,7 +30,10 @@ resumes before ``--fault-at`` and fails there again). ``--fault-node NODE``: the
 on NODE has the fault, whatever its rank (a fault that follows the node).
 
 Every rank reports its progress (``hpcjobs.runtime.progress``); ``--step-time-after`` slows
-every step after ``--fault-at`` instead (a slow job that still progresses). With
+every step after ``--fault-at`` instead (a slow job that still progresses). ``--slow-node NODE
+--slow-factor F``: in every run, each step of the ranks on NODE takes F times as long (a slow
+GPU or NIC: a straggler); ``--slow-node-file PATH`` names NODE in a file the test writes
+once it knows the nodes (read each step until it is there). With
 ``--step-only`` the ranks other than 0 write only their step, no node and no log, as a shell
 program may.
 
@@ -43,6 +46,7 @@ Run it directly for a reference result::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -78,6 +82,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fault-every-run", action="store_true")
     parser.add_argument("--fault-node", default=None)
     parser.add_argument("--step-time-after", type=float, default=None)
+    parser.add_argument("--slow-node", default=None)
+    parser.add_argument("--slow-node-file", type=Path, default=None)
+    parser.add_argument("--slow-factor", type=float, default=1.0)
     parser.add_argument(
         "--step-only",
         action="store_true",
@@ -113,6 +120,11 @@ def pause_for(args: argparse.Namespace, step: int) -> float:
     """Seconds ``step`` takes: ``--step-time``, or ``--step-time-after`` after ``--fault-at``."""
     if args.step_time_after is not None and args.fault_at is not None and step > args.fault_at:
         return float(args.step_time_after)
+    if args.slow_node is None and args.slow_node_file is not None:
+        with contextlib.suppress(OSError):
+            args.slow_node = args.slow_node_file.read_text().strip() or None
+    if args.slow_node is not None and os.environ.get("SLURMD_NODENAME") == args.slow_node:
+        return float(args.step_time) * float(args.slow_factor)
     return float(args.step_time)
 
 

@@ -79,7 +79,9 @@ def test_an_elastic_size_or_spares_keep_the_chain_in_the_job(
 def _elastic(tmp_path: Path, slurm: JobSlurm) -> Supervisor:
     """A job 300 asked for -N 2-3 (no spare), got n[1-3]."""
     sup = spare_supervisor(tmp_path, slurm, spare=0)
-    sup.ctx.policy = Policy(budgets={"node_failure": 3, "stall": 3}, nodes=3, min_nodes=2)
+    sup.ctx.policy = Policy(
+        budgets={"node_failure": 3, "stall": 3}, nodes=3, min_nodes=2, straggler_ratio=0
+    )
     sup.program.argv = ["srun", "--nodes=3", "prog"]
     return sup
 

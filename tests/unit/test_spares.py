@@ -44,8 +44,8 @@ def test_step_nodes(
     assert decide.step_nodes(allocation, batch, bad, size) == chosen
 
 
-def test_the_causes_a_job_recovers_from_itself_are_faults_of_a_node() -> None:
-    assert {"node_failure", "infrastructure", "stall"} == decide.IN_JOB_CAUSES
+def test_the_causes_a_job_recovers_from_itself_are_a_nodes_faults_and_stragglers() -> None:
+    assert {"node_failure", "infrastructure", "stall", "straggler"} == decide.IN_JOB_CAUSES
 
 
 def test_the_policy_carries_nodes_and_spares() -> None:
@@ -120,7 +120,10 @@ def _supervisor(tmp_path: Path, slurm: JobSlurm, spare: int = 1) -> Supervisor:
     )
     clock = FakeClock()
     sup = Supervisor(
-        Policy(budgets={"node_failure": 3, "stall": 3}, nodes=2, spare_nodes=spare),
+        # No stall watch: these runs' steps are stand-ins (tests/unit/test_stragglers.py).
+        Policy(
+            budgets={"node_failure": 3, "stall": 3}, nodes=2, spare_nodes=spare, straggler_ratio=0
+        ),
         "/o/job.sh",
         ["srun", "--nodes=2", "prog"],
         slurm=slurm,  # type: ignore[arg-type]

@@ -88,6 +88,22 @@ class Continuation:
             raise RuntimeError(text or "sbatch failed")
         return f"{new}_{self.ctx.task}" if self.ctx.task else new
 
+    def finished(self) -> int:
+        """The program is finished: mark it done, log the chain's end; the job's exit code."""
+        self.mark_done()
+        state = self.ctx.state
+        if state.end_rule == decide.ENDED_ON_ITS_OWN and state.signal:
+            detail = "completed: exit 0, ended on its own (no stop signal reached it)"
+            self.ctx.log(
+                f"the program exited 0 on its own after SIG{self.ctx.policy.signal} (it "
+                "listens for no warning): the job is finished, not continued"
+            )
+        else:
+            detail = "completed"
+        self.ctx.event("end", "finish", detail, None, **self.rule_field())
+        self.end_chain()
+        return 0
+
     def rule_field(self) -> dict[str, object]:
         """The ``rule`` field of an ``end`` or ``requeue`` event: why a run that exited 0 was
         taken as finished or not (:func:`.decide.exit_rule`); none where it did not apply."""

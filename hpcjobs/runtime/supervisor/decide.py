@@ -19,6 +19,7 @@ from hpcjobs.contract.causes import (
     NODE_FAILURE,
     PREEMPTION,
     STALL,
+    STRAGGLER,
     TIMEOUT,
     of_slurm_state,
 )
@@ -174,9 +175,9 @@ def excluded_after(current: list[str], new: list[str], limit: int) -> tuple[list
     return nodes[cut:], nodes[:cut]
 
 
-#: The causes a job with spare nodes recovers from on its own nodes (the faults of a node);
-#: a preemption and the time limit end the allocation itself.
-IN_JOB_CAUSES = frozenset({NODE_FAILURE, INFRASTRUCTURE, STALL})
+#: The causes a job with spare nodes recovers from on its own nodes (the faults of a node, and
+#: a straggler swapped for a spare); a preemption and the time limit end the allocation itself.
+IN_JOB_CAUSES = frozenset({NODE_FAILURE, INFRASTRUCTURE, STALL, STRAGGLER})
 
 
 def run_size(usable: int, nodes: int, minimum: int, multiple: int = 1) -> int:

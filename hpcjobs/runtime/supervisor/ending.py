@@ -15,6 +15,7 @@ from hpcjobs.contract.causes import (
     CANCELLED,
     INFRASTRUCTURE,
     STALL,
+    STRAGGLER,
 )
 from hpcjobs.contract.slurmtext import field
 
@@ -164,12 +165,19 @@ class Ending:
         return decide.end_cause(facts)
 
     def classify(self, rc: int) -> tuple[str, str, str]:
-        """How this run ended, once the step has exited: (cause, suspect, evidence); a stall
-        and an infrastructure crash are logged as faults here."""
+        """How this run ended, once the step has exited: (cause, suspect, evidence); a stall,
+        a straggler's swap and an infrastructure crash are logged as faults here."""
         cause = self.end_cause(rc)
         suspect = evidence = ""
-        stall = self.run.program.watch.found if self.run.program.watch is not None else None
-        if stall is not None and not cause.startswith("requeued_") and cause != CANCELLED:
+        watch = self.run.program.watch
+        stall = watch.found if watch is not None else None
+        slow = watch.straggler if watch is not None else None
+        ours = not cause.startswith("requeued_") and cause != CANCELLED
+        if slow is not None and ours:
+            # The watch ended the run at a checkpoint, to swap a straggler for a spare.
+            cause, suspect, evidence = STRAGGLER, slow.node, slow.evidence()
+            self.fault_log(STRAGGLER, suspect, evidence)
+        elif stall is not None and ours:
             # The stall watch ended the run (its warning signal makes it look like a preemption).
             suspect, found = stall
             cause = STALL

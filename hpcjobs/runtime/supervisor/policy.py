@@ -41,6 +41,10 @@ class Policy(NamedTuple):
     #: Faults within ``keep_out_hours`` that keep a node out of later jobs (0: none is kept out).
     keep_out_faults: int = 2
     keep_out_hours: int = 24
+    #: A node below this share of its peers' pace is a straggler (0: none is looked for;
+    #: :mod:`.pace`), judged over ``straggler_window`` seconds.
+    straggler_ratio: float = 0.8
+    straggler_window: int = 60
     health_check: str = ""  #: shell command run on a suspect before it is excluded
     health_timeout: int = 60
     #: The site's infrastructure signatures (grep -E), searched after hpcjobs' own.

@@ -185,14 +185,18 @@ class Program:
         self.ctx.state.phase = RUN  # a signal from here on is the program's, and is logged
         self.act_on_signals()  # the warning may have come while the run began
         self.watch = None
-        if self.ctx.policy.stall_timeout > 0:
+        policy = self.ctx.policy
+        if policy.stall_timeout > 0 or policy.straggler_ratio > 0:
             self.watch = StallWatch(
-                self.control(self.ctx.policy.stall_grace),
+                self.control(policy.stall_grace),
                 self.ctx.progress_dir,
                 self.ctx.job,
-                self.ctx.policy.stall_timeout,
-                agent_interval(self.ctx.policy.stall_timeout),
+                policy.stall_timeout,
+                agent_interval(policy.stall_timeout),
                 self.ctx.ckpt_dir,
+                policy.straggler_ratio,
+                policy.straggler_window,
+                self.run.stragglers.can_swap,
             )
             self.watch.start()
         self.run.growth.start_watch()
@@ -210,6 +214,7 @@ class Program:
                 break
             except subprocess.TimeoutExpired:
                 self.act_on_signals()
+                self.run.stragglers.take(self.watch)
                 if self.requested() and not self.request_killed:
                     self.kill_late_request()
                 moving = (
@@ -227,6 +232,7 @@ class Program:
                     rc = -signal.SIGTERM
                     break
         self.act_on_signals()  # one that came as the step ended is still logged
+        self.run.stragglers.take(self.watch)
         self.ctx.state.phase = FINISH
         return 128 - rc if rc < 0 else rc
 

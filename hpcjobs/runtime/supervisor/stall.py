@@ -1,10 +1,14 @@
-"""The stall watch: ends a run whose ranks stopped advancing (docs/requeue.md, "Stalls").
+"""The stall watch: ends a run whose ranks stopped advancing (docs/requeue.md, "Stalls"), and
+finds a node slower than its peers (docs/faults.md, "Stragglers").
 
 It reads the node agents' summaries (``node-<node>`` in the chain's progress folder, see
 :mod:`.agent`) once per agent cycle: O(nodes) reads, whatever the number of ranks. A rank whose
 step has not changed for the stall timeout is stalled (:func:`.decide.find_stall`); the run gets
 the warning signal, the grace time to checkpoint (shorter once a checkpoint is saved,
-:func:`.windup.end_step`), and then its steps are killed.
+:func:`.windup.end_step`), and then its steps are killed. From the same reads, each node's pace
+(:mod:`.pace`): a straggler is swapped where ``can_swap`` says a spare is there (the step ends
+at the program's next checkpoint, :func:`.windup.end_at_checkpoint`), else flagged; the main
+thread takes the flags (:meth:`StallWatch.take_flags`) and logs them.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import glob
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from .agent import read_summary
 from .decide import Stall, find_stall, judged_rank
-from .windup import EARLIER, StepControl, end_step
+from .pace import KEEP_OUT, SWAP, PaceLog, Straggler, find_straggler
+from .windup import EARLIER, SWAP_WAIT_S, StepControl, end_at_checkpoint, end_step
 
 #: A summary this many agent cycles old (plus a margin) no longer counts: its node's ranks are
 #: not judged until their agent writes again.
@@ -35,6 +41,9 @@ class StallWatch:
         timeout: int,
         every: float,
         checkpoints: str = "",
+        straggler_ratio: float = 0.0,
+        straggler_window: float = 60.0,
+        can_swap: Callable[[str], bool] | None = None,
     ) -> None:
         self.step = step
         self.folder = folder
@@ -45,6 +54,16 @@ class StallWatch:
         self.checkpoints = checkpoints
         #: What the watch found: (the suspect node, "" when nobody is blamed; the stall).
         self.found: tuple[str, Stall] | None = None
+        #: A straggler the watch swaps (the step ends at the next checkpoint).
+        self.straggler: Straggler | None = None
+        self.ratio = straggler_ratio if can_swap is not None else 0.0
+        self.can_swap = can_swap
+        self.pace = PaceLog(straggler_window)
+        #: The nodes flagged in this run (each once), and the flags the main thread has not
+        #: taken yet: (the straggler, SWAP or KEEP_OUT).
+        self.flagged: list[str] = []
+        self._flags: list[tuple[Straggler, str]] = []
+        self._flags_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stall-watch", daemon=True)
 
@@ -80,8 +99,15 @@ class StallWatch:
                     fresh.add(rank)
                     if steps.get(rank) != step:
                         steps[rank], seen[rank], node_of[rank] = step, now - idle, summary.node
+                if self.ratio and summary.ranks:
+                    rank = min(summary.ranks, key=lambda r: summary.ranks[r][0])
+                    self.pace.note(summary.node, steps[rank], seen[rank], now)
             judged = {r: steps[r] for r in fresh}
-            found = find_stall(judged, {r: seen[r] for r in fresh}, now, self.timeout)
+            found = None
+            if self.timeout > 0:
+                found = find_stall(judged, {r: seen[r] for r in fresh}, now, self.timeout)
+            if found is None and self.ratio and self._straggler(now):
+                return
             if found is not None:
                 node = "" if found.tied else node_of.get(found.rank, "")
                 self.found = (node, found)
@@ -90,6 +116,45 @@ class StallWatch:
             # At most one early look between two cycles: O(nodes) reads per cycle, at most twice.
             early = wait < self.every
             wait = self.every if early else self._next_wait(judged, seen, time.monotonic())
+
+    def take_flags(self) -> list[tuple[Straggler, str]]:
+        """The stragglers flagged since the last call, with what is done: SWAP or KEEP_OUT."""
+        with self._flags_lock:
+            flags, self._flags = self._flags, []
+        return flags
+
+    def _flag(self, slow: Straggler, action: str) -> None:
+        with self._flags_lock:
+            self._flags.append((slow, action))
+
+    def _straggler(self, now: float) -> bool:
+        """Look for a straggler; whether the watch ended the step for it (then it is done)."""
+        assert self.can_swap is not None
+        slow = find_straggler(
+            self.pace.points, now, self.ratio, self.pace.window, self.flagged, self.every
+        )
+        if slow is None:
+            return False
+        self.flagged.append(slow.node)
+        if not self.can_swap(slow.node):
+            self._flag(slow, KEEP_OUT)
+            return False
+        self._flag(slow, SWAP)
+        self.step.log(
+            f"straggler: {slow.evidence()}; swapping it for a spare at the next checkpoint "
+            f"(sending SIG{self.step.warning})"
+        )
+        self.straggler = slow
+        # Stalls are not looked for meanwhile: the wait ends within the stall timeout.
+        wait = self.timeout if self.timeout > 0 else SWAP_WAIT_S
+        if end_at_checkpoint(self.step, self._stop, self.checkpoints, wait):
+            return True
+        self.straggler = None
+        if self._stop.is_set():
+            return True
+        self.step.log(f"straggler: no checkpoint came; {slow.node} stays in this run")
+        self._flag(slow, KEEP_OUT)
+        return False
 
     def _next_wait(self, steps: dict[int, int], seen: dict[int, float], now: float) -> float:
         """One agent cycle, or less where the rank the watch judges

@@ -34,6 +34,7 @@ from hpcjobs.contract.causes import (
     NODE_FAILURE,
     PREEMPTION,
     STALL,
+    STRAGGLER,
 )
 from hpcjobs.contract.eventlog import SLURM
 from hpcjobs.contract.jobenv import ENV_RESTART_COUNT
@@ -53,6 +54,7 @@ from .repeats import Repeats
 from .standby import Standby
 from .start import Start
 from .state import END, FINISH
+from .stragglers import Stragglers
 
 
 class Supervisor:
@@ -89,6 +91,7 @@ class Supervisor:
         self.ending = Ending(self)
         self.continuation = Continuation(self)
         self.repeats = Repeats(self)
+        self.stragglers = Stragglers(self)
 
     def main(self) -> int:
         """Supervise this job's runs; the job's exit code."""
@@ -161,6 +164,7 @@ class Supervisor:
         the chain runs again inside this job (:meth:`relaunch`)."""
         if self.program.watch is not None:
             self.program.watch.close()
+            self.stragglers.take(self.program.watch)
         watch = self.growth.close_watch(FINISH)
         self.agents.ask_to_end()
         try:
@@ -206,22 +210,13 @@ class Supervisor:
             )
             return rc
         if cause == FINISHED:
-            self.continuation.mark_done()
-            if self.state.end_rule == decide.ENDED_ON_ITS_OWN and self.state.signal:
-                detail = "completed: exit 0, ended on its own (no stop signal reached it)"
-                self.ctx.log(
-                    f"the program exited 0 on its own after SIG{self.ctx.policy.signal} (it "
-                    "listens for no warning): the job is finished, not continued"
-                )
-            else:
-                detail = "completed"
-            self.ctx.event("end", "finish", detail, None, **self.continuation.rule_field())
-            self.continuation.end_chain()
-            return 0
+            return self.continuation.finished()
         if cause == CANCELLED:
             self.ctx.event("end", "fail", "cancelled")
             self.continuation.stop_followers()
             return decide.exit_code(cause, rc, False)
+        if cause == STRAGGLER:
+            return self.stragglers.swap(suspect, evidence)
         end = self.repeats.this_end(cause, suspect, evidence)
         stop = self.repeats.storm_stop(end, rc)
         if stop is not None:

@@ -90,6 +90,19 @@ class StepControl(NamedTuple):
     send: Callable[[], None] | None = None
 
 
+def warn(step: StepControl, checkpoints: str) -> tuple[Mark, int]:
+    """Send the warning (``step.send``, else SIG``step.warning`` to the launcher); the newest
+    checkpoint in ``checkpoints`` and the program's progress just before: a checkpoint newer
+    than the one, at or past the other, was saved after the warning."""
+    before, reached = newest_checkpoint(checkpoints), progress_step(checkpoints)
+    if step.send is not None:
+        step.send()
+    else:
+        with contextlib.suppress(OSError):
+            step.child.send_signal(getattr(signal, "SIG" + step.warning))
+    return before, reached
+
+
 def end_step(step: StepControl, stop: threading.Event, checkpoints: str = "") -> bool:
     """Send the warning (``step.send``, else SIG``step.warning`` to the launcher); once
     ``step.grace`` seconds have passed with the step still there, kill the job's steps and, 3 s
@@ -99,13 +112,7 @@ def end_step(step: StepControl, stop: threading.Event, checkpoints: str = "") ->
     early once the step is gone or ``stop`` is set (the decision waits for them). Whether the
     grace ended early on a checkpoint."""
     child, log = step.child, step.log
-    before = newest_checkpoint(checkpoints)
-    reached = progress_step(checkpoints)
-    if step.send is not None:
-        step.send()
-    else:
-        with contextlib.suppress(OSError):
-            child.send_signal(getattr(signal, "SIG" + step.warning))
+    before, reached = warn(step, checkpoints)
     deadline = time.monotonic() + step.grace
     saved = False
     look = time.monotonic() + LOOK_S
@@ -127,3 +134,37 @@ def end_step(step: StepControl, stop: threading.Event, checkpoints: str = "") ->
         with contextlib.suppress(OSError):
             child.kill()
     return saved
+
+
+#: How long a swap waits for the program's next checkpoint (docs/faults.md, "Stragglers").
+SWAP_WAIT_S = 1800.0
+
+
+def end_at_checkpoint(
+    step: StepControl, stop: threading.Event, checkpoints: str, wait: float = SWAP_WAIT_S
+) -> bool:
+    """End the step at the program's next checkpoint, never before: send the warning (a
+    program that saves on it saves now), and once a checkpoint newer than the one there now is
+    complete in ``checkpoints``, at or past the program's progress then, kill the job's steps
+    :data:`AFTER_SAVE_S` later. Whether the step ended (by itself after the warning, or at the
+    checkpoint); False when ``wait`` seconds passed without a checkpoint, or ``stop`` was set
+    with the step still there: it runs on."""
+    child = step.child
+    before, reached = warn(step, checkpoints)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            return True
+        if stop.wait(LOOK_S):
+            return child.poll() is not None
+        newest = newest_checkpoint(checkpoints)
+        if newest != before and newest.step >= max(before.step, reached):
+            step.log(f"checkpoint step {newest.step} saved; ending the step in {AFTER_SAVE_S:g} s")
+            if stop.wait(AFTER_SAVE_S) or child.poll() is not None:
+                return child.poll() is not None
+            step.kill_steps()
+            if not stop.wait(3) and child.poll() is None:
+                with contextlib.suppress(OSError):
+                    child.kill()
+            return True
+    return False
