@@ -79,11 +79,20 @@ def test_the_ddp_example_shrinks_grows_is_preempted_and_keeps_its_loss_curve(
         left = job_nodes(cluster, job.root)
     assert nodes == [first[0], first[2]] and left == nodes
     # Grown: the node is back, the grower takes over on three.
-    grown = wait_for(
-        "the grower's run",
-        lambda: next((e for e in events(job.chain, "start") if e.job_id != job.root), None),
-        120,
-    )
+    try:
+        grown = wait_for(
+            "the grower's run",
+            lambda: next((e for e in events(job.chain, "start") if e.job_id != job.root), None),
+            120,
+        )
+    except BaseException:
+        # What the chain, its jobs and Slurm said, for the failure's report.
+        print(f"event log:\n{job.chain_file.read_text()}")
+        for job_out in sorted(out.glob("slurm-*.out")):
+            lines = job_out.read_text(errors="replace").splitlines()
+            print(f"== {job_out.name}\n" + "\n".join(ln for ln in lines if "hpcjobs" in ln))
+        print(cluster.explain(sorted({job.root, *job.chain.grower_ids, *job.chain.job_ids})))
+        raise
     assert len(run_nodes(cluster, grown)) == 3, job.chain_file.read_text()
     reached = job.progress_at_least((grown.number("checkpoint") or 0) + 15, timeout=120)
     # Preempted: the chain goes on in the grower's standby.

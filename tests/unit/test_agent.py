@@ -348,3 +348,52 @@ def test_gpu_samples_keep_their_own_interval_within_a_longer_cycle(tmp_path: Pat
         assert len(samples) >= 3, samples  # about 0, 1, 2 and 3 s
     finally:
         proc.kill()
+
+
+def test_a_process_that_listens_late_gets_the_warning_once_it_does(
+    tmp_path: Path, node: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warning came while the program was still starting (its handler not yet in place):
+    the agent looks again every RETRY_S, and the process gets it once, when it listens."""
+    from hpcjobs.runtime.supervisor import deliver
+
+    local, shared = tmp_path / "local", tmp_path / "shared"
+    local.mkdir()
+    shared.mkdir()
+    go, got = tmp_path / "go", tmp_path / "got"
+    late = (
+        "import signal, time, pathlib\n"
+        f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.02)\n"
+        f"signal.signal(signal.SIGUSR2, lambda *_: open({str(got)!r}, 'a').write('x'))\n"
+        f"pathlib.Path({str(go)!r} + '.ok').touch()\n"
+        "time.sleep(30)\n"
+    )
+    token = f"t{os.getpid()}-late"
+    monkeypatch.setenv(deliver.ENV_TOKEN, token)
+    program = subprocess.Popen(
+        [sys.executable, "-c", late],
+        env={**os.environ, deliver.ENV_PROGRAM: token, deliver.ENV_NODE: node},
+    )
+    agent = Agent(str(local), str(shared), every=1.0, warn=["USR2", "USR1"])
+    try:
+        time.sleep(0.3)
+        agent.warn()  # not listening yet: nothing sent, a retry due
+        assert agent.warned == [] and agent.retry_at > 0
+        assert (shared / "warned-n7").read_text().startswith("0 1 process(es) listen for none")
+        go.touch()
+        deadline = time.monotonic() + 10
+        while not Path(f"{go}.ok").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        agent.warn()
+        agent.warn()  # once is enough: it is not signalled again
+        assert agent.warned == [(program.pid, "USR2")] and agent.retry_at == 0
+        deadline = time.monotonic() + 10
+        while not got.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)
+        assert got.read_text() == "x"
+        assert (shared / "warned-n7").read_text().startswith("1 SIGUSR2 to 1 process(es)")
+    finally:
+        program.kill()
+        program.wait()

@@ -167,3 +167,38 @@ def test_deliver_starts_from_the_pids_the_ranks_left(tmp_path: Path) -> None:
         for p in (started, stray):
             p.kill()
             p.wait()
+
+
+def test_pids_that_lead_to_no_process_of_the_run_fall_back_to_every_process(
+    tmp_path: Path,
+) -> None:
+    """A folder whose ``program-<pid>`` files name no process of this run (a run before left
+    them; the pid is another process now): the whole host is looked at, and the marked
+    listener gets the warning."""
+    got, ready = tmp_path / "got", tmp_path / "ready"
+    listener = (
+        "import signal, time, pathlib\n"
+        f"signal.signal(signal.SIGUSR1, lambda *_: pathlib.Path({str(got)!r}).touch())\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(30)\n"
+    )
+    job = f"t{os.getpid()}-stale"
+    marked = subprocess.Popen(
+        [sys.executable, "-c", listener], env={**os.environ, ENV_PROGRAM: job}
+    )
+    unmarked = subprocess.Popen(["sleep", "30"])
+    folder = tmp_path / "progress"
+    folder.mkdir()
+    (folder / f"{deliver.PROGRAM_FILE}{unmarked.pid}").touch()
+    (folder / f"{deliver.PROGRAM_FILE}999999999").touch()
+    try:
+        deadline = time.monotonic() + 10
+        while not ready.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        done = deliver.deliver(job, ["USR2", "USR1"], folder=str(folder))
+        assert done.sent == [(marked.pid, "USR1")]
+    finally:
+        for p in (marked, unmarked):
+            p.kill()
+            p.wait()

@@ -53,6 +53,10 @@ LOG_LIMIT = 4 << 20
 ENV_NODE_TMP = "HPCJOBS_NODE_TMP"
 #: The agents' job step name (the stall watch never kills it).
 AGENT_STEP = "hpcjobs-agent"
+#: Seconds between two deliveries of the warning while some of the program's processes on the
+#: node listen for none of its signals (a program still importing its libraries when the
+#: warning comes: it gets the warning once its handler is in place).
+RETRY_S = 1.0
 #: What the supervisor sends the agents to have the warning delivered on every node.
 WARN_SIGNAL = "USR1"
 
@@ -158,6 +162,10 @@ class Agent:
         self.warn_due = False
         #: The processes the warning went to in this run, with the signal: each gets it once.
         self.warned: list[tuple[int, str]] = []
+        #: When to deliver the warning again (monotonic; 0: not): some of the program's
+        #: processes listened for none of the signals (:data:`RETRY_S`).
+        self.retry_at = 0.0
+        self.deaf = -1
 
     def run(self) -> int:
         """Cycle until SIGHUP or SIGINT (what the supervisor sends when the step has ended) or
@@ -177,10 +185,11 @@ class Agent:
                 self.cycle()
                 deadline = time.monotonic() + self.every
                 while not self.stopping and time.monotonic() < deadline:
-                    if self.warn_due:
+                    if self.warn_due or 0 < self.retry_at <= time.monotonic():
                         self.warn()
                     self.sample_gpus()
-                    wake.wait(min(deadline, self.next_gpu) - time.monotonic())
+                    until = min(deadline, self.next_gpu, self.retry_at or deadline)
+                    wake.wait(until - time.monotonic())
             self.cycle()  # once more; no new GPU sample, the agent ends now
         finally:
             wake.close()
@@ -198,7 +207,9 @@ class Agent:
 
     def warn(self) -> None:
         """Deliver the warning to the program's processes on this node (:mod:`.deliver`), and
-        say what was done in :func:`warned_file`, replaced atomically."""
+        say what was done in :func:`warned_file`, replaced atomically. While some of them
+        listen for none of the signals (a program still starting when the warning comes), look
+        again every :data:`RETRY_S` seconds: each gets it once it listens."""
         self.warn_due = False
         done = deliver.deliver(
             os.environ.get(deliver.ENV_TOKEN, ""),
@@ -208,7 +219,10 @@ class Agent:
             warned={pid for pid, _name in self.warned},
         )
         self.warned += done.sent
-        write_warned(self.shared, self.node, deliver.Delivery(self.warned, done.deaf))
+        self.retry_at = time.monotonic() + RETRY_S if done.deaf else 0.0
+        if done.sent or done.deaf != self.deaf:  # a write per change, not per look
+            write_warned(self.shared, self.node, deliver.Delivery(self.warned, done.deaf))
+        self.deaf = done.deaf
 
     def cycle(self) -> None:
         """Read the node's reports once; write the summary and the history."""

@@ -27,8 +27,9 @@ The rule, defined here once:
 Where to look: each rank, before it becomes the program, leaves an empty ``program-<pid>``
 file in its node's progress folder (the batch script's ``hpcjobs_rank_setup``); the agent reads
 those processes and their descendants (``/proc/<pid>/task/<tid>/children``), a few files per
-rank. Without such files (a launcher without a progress folder), or where the kernel does not
-list children, it scans every process of ``/proc`` once instead: the work grows with the
+rank. Without such files (a launcher without a progress folder), where they lead to no process
+of this run, or where the kernel does not list children, it scans every process of ``/proc``
+once instead: the work grows with the
 processes of one node, never with the job's ranks, but a host that carries many Slurm nodes
 (the sandbox's 131 at scale) would scan its thousands of processes once per node.
 """
@@ -215,8 +216,10 @@ def program_processes(
             return program_processes(token, proc, node)
         found[pid] = process
         todo.extend(below)
-    if roots:
+    if found:
         return found
+    # No root led to a process of this run (files a run before left, a rank that became
+    # another process): every process of the host, once.
     try:
         names: Iterable[str] = os.listdir(proc)
     except OSError:
