@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from hpcjobs.contract.causes import STRAGGLER
 
 from .context import RunContext
-from .pace import KEEP_OUT
+from .pace import KEEP_OUT, SWAP
 
 if TYPE_CHECKING:
     from .stall import StallWatch
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 #: What the log and the event say of each action.
 DONE = {
-    "swap": "swapped for a spare node at the next checkpoint",
+    SWAP: "swapped for a spare node at the next checkpoint",
     KEEP_OUT: "no spare node in the job: left out of the next run",
 }
 

@@ -90,17 +90,30 @@ class StepControl(NamedTuple):
     send: Callable[[], None] | None = None
 
 
-def warn(step: StepControl, checkpoints: str) -> tuple[Mark, int]:
-    """Send the warning (``step.send``, else SIG``step.warning`` to the launcher); the newest
-    checkpoint in ``checkpoints`` and the program's progress just before: a checkpoint newer
-    than the one, at or past the other, was saved after the warning."""
+def warn(step: StepControl, checkpoints: str) -> Callable[[], Mark | None]:
+    """Send the warning (``step.send``, else SIG``step.warning`` to the launcher). Returns a
+    look at ``checkpoints``: the checkpoint saved since the warning (newer than the one there
+    was, at or past the program's progress then), or None."""
     before, reached = newest_checkpoint(checkpoints), progress_step(checkpoints)
     if step.send is not None:
         step.send()
     else:
         with contextlib.suppress(OSError):
             step.child.send_signal(getattr(signal, "SIG" + step.warning))
-    return before, reached
+
+    def saved() -> Mark | None:
+        newest = newest_checkpoint(checkpoints)
+        return newest if newest != before and newest.step >= max(before.step, reached) else None
+
+    return saved
+
+
+def kill(step: StepControl, stop: threading.Event) -> None:
+    """Kill the job's steps and, 3 s later (unless ``stop``), the launcher."""
+    step.kill_steps()
+    if not stop.wait(3) and step.child.poll() is None:
+        with contextlib.suppress(OSError):
+            step.child.kill()
 
 
 def end_step(step: StepControl, stop: threading.Event, checkpoints: str = "") -> bool:
@@ -112,7 +125,7 @@ def end_step(step: StepControl, stop: threading.Event, checkpoints: str = "") ->
     early once the step is gone or ``stop`` is set (the decision waits for them). Whether the
     grace ended early on a checkpoint."""
     child, log = step.child, step.log
-    before, reached = warn(step, checkpoints)
+    since = warn(step, checkpoints)
     deadline = time.monotonic() + step.grace
     saved = False
     look = time.monotonic() + LOOK_S
@@ -121,18 +134,15 @@ def end_step(step: StepControl, stop: threading.Event, checkpoints: str = "") ->
             return saved
         if checkpoints and not saved and time.monotonic() >= look:
             look = time.monotonic() + LOOK_S
-            newest = newest_checkpoint(checkpoints)
-            if newest != before and newest.step >= max(before.step, reached):
+            newest = since()
+            if newest is not None:
                 saved = True
                 deadline = min(deadline, time.monotonic() + AFTER_SAVE_S)
                 log(
                     f"checkpoint step {newest.step} saved after the warning; ending the "
                     f"step in {AFTER_SAVE_S:g} s"
                 )
-    step.kill_steps()
-    if not stop.wait(3) and child.poll() is None:
-        with contextlib.suppress(OSError):
-            child.kill()
+    kill(step, stop)
     return saved
 
 
@@ -150,21 +160,18 @@ def end_at_checkpoint(
     checkpoint); False when ``wait`` seconds passed without a checkpoint, or ``stop`` was set
     with the step still there: it runs on."""
     child = step.child
-    before, reached = warn(step, checkpoints)
+    since = warn(step, checkpoints)
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if child.poll() is not None:
             return True
         if stop.wait(LOOK_S):
             return child.poll() is not None
-        newest = newest_checkpoint(checkpoints)
-        if newest != before and newest.step >= max(before.step, reached):
+        newest = since()
+        if newest is not None:
             step.log(f"checkpoint step {newest.step} saved; ending the step in {AFTER_SAVE_S:g} s")
             if stop.wait(AFTER_SAVE_S) or child.poll() is not None:
                 return child.poll() is not None
-            step.kill_steps()
-            if not stop.wait(3) and child.poll() is None:
-                with contextlib.suppress(OSError):
-                    child.kill()
+            kill(step, stop)
             return True
     return False
