@@ -4,12 +4,13 @@
 #
 # The live tests also run against the other Slurm releases (22.05 or 24.11, whichever this
 # machine does not run, and 26.05 from Debian unstable), each in a Debian root, see
-# scripts/test-other-release.sh; unit tests run once. The order: this machine's live and scale
-# tests, alone (the roots are built and their sandboxes started in the background meanwhile);
-# then its unit and golden tests, niced, while the other releases' live suites run side by
-# side (own roots, ports and state). With test paths given, one run of those, then the others.
+# scripts/test-other-release.sh; unit tests run once. The order: every release's live suite
+# side by side (own roots, ports and state; they mostly wait on Slurm), with this machine's
+# unit and golden tests beside them under `nice -n 19`; then the scale test, alone on the
+# machine. With test paths given, one run of those, then the others' live suites.
 # HPCJOBS_TEST_BOTH_RELEASES=0 skips the other releases, except under CI (docs/testing.md).
-# Ends with a table of where the time went, and pytest's slowest tests of each run.
+# Ends with a table of where the time went, pytest's slowest tests of each run, and each
+# failed test's line from every run.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 logs=$(mktemp -d /tmp/hpcjobs-test-logs.XXXXXX)
@@ -49,6 +50,12 @@ report() {
             $2 == "passed" { p += $1 } $2 == "failed" || $2 ~ /^errors?$/ { f += $1 }
             $2 == "skipped" { s += $1 } END { print p + 0, f + 0, s + 0 }')
         passed=$((passed + p)) failures=$((failures + f)) skipped=$((skipped + s))
+    done
+    # Each failed test's line (pytest's short summary), so that the end of the output says
+    # what failed and why, whatever was cut from the middle.
+    for log in "$logs"/pytest-*.log; do
+        [[ -f $log ]] || continue
+        grep -E '^(FAILED|ERROR) ' "$log" | cut -c1-400 | sed "s|^|$(basename "$log" .log): |" >&2
     done
     ((${#failed[@]})) && echo "test: failed stages: ${failed[*]}" >&2
     echo "total: $passed passed, $failures failed, $skipped skipped"
@@ -170,15 +177,28 @@ if $given_paths; then
     start_others
     wait_others
 else
-    # The live and scale tests first, alone on the machine: their sanity bounds and timings
-    # assume so. Then the unit and golden tests, niced, beside the other releases' live suites
-    # (those mostly wait on Slurm): the suite stays within its hour.
-    pytest_stage "pytest: live and scale ($host)" "$logs/pytest-$host-live.log" \
-        "${pytest[@]}" tests/live tests/scale "$@"
+    # Every release's live suite side by side, and the unit and golden tests beside them,
+    # niced: they take the CPU the live suites leave while those wait on Slurm.
     start_others
-    pytest_stage "pytest: unit and golden ($host, niced, beside the others)" \
-        "$logs/pytest-$host-unit.log" nice -n 10 "${pytest[@]}" tests/unit "$@"
+    (
+        t0=$(date +%s)
+        nice -n 19 "${pytest[@]}" tests/unit "$@" >"$logs/pytest-$host-unit.log" 2>&1
+        rc=$?
+        printf '%s\t%s\t%s\n' "pytest: unit and golden ($host, niced, side by side)" \
+            $(($(date +%s) - t0)) "$rc" >>"$timings"
+        exit "$rc"
+    ) &
+    unit_pid=$!
+    pytest_stage "pytest: live ($host, side by side)" "$logs/pytest-$host-live.log" \
+        "${pytest[@]}" tests/live "$@"
+    wait "$unit_pid" || failed+=("pytest: unit and golden ($host)")
+    echo "== pytest output (unit and golden, $host)" >&2
+    cat "$logs/pytest-$host-unit.log"
     wait_others
+    # Alone on the machine: its sanity bounds and timings assume so (1,024 processes on the
+    # host's cores).
+    pytest_stage "pytest: scale ($host, alone)" "$logs/pytest-$host-scale.log" \
+        "${pytest[@]}" tests/scale "$@"
 fi
 report
 ((${#failed[@]} == 0))

@@ -138,6 +138,8 @@ class Scenario:
     sample_cpu: bool = False
     #: When each fault began: (name, fault index, time).
     began: list[tuple[str, int, float]] = field(default_factory=list)
+    #: What the last wait for every rank's report still missed (for the diagnostics).
+    waiting: str = ""
 
     @property
     def nodes(self) -> int:
@@ -221,8 +223,12 @@ class Scenario:
 
         def probe() -> bool:
             seen = self.summaries()
-            steps = [s for node in nodes for s in seen.get(node, {}).values() if s > floor]
-            return len(steps) == ranks
+            counts = {n: sum(s > floor for s in seen.get(n, {}).values()) for n in nodes}
+            behind = [f"{n} ({c} of {GPUS})" for n, c in counts.items() if c < GPUS]
+            self.waiting = f"run {run}: {len(behind)} node(s) not all reporting: " + ", ".join(
+                behind[:20]
+            )
+            return sum(counts.values()) == ranks
 
         wait_for(f"all {ranks} ranks of run {run} to report", probe, timeout, every=0.5)
         return nodes
@@ -304,7 +310,8 @@ class Scenario:
             for ln in output
             if ln.startswith(("srun:", "slurmstepd")) and not TASKS_ENDED.search(ln)
         ]
-        parts = ["== chain events", *lines[-40:], "== supervisor", *ours[-60:]]
+        parts = ["== last wait", self.waiting, "== chain events", *lines[-40:]]
+        parts += ["== supervisor", *ours[-60:]]
         return "\n".join([*parts, "== srun and slurmstepd", *theirs[-40:]])
 
     # ---- 6. the commands -------------------------------------------------------------------

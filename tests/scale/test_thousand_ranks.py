@@ -55,6 +55,8 @@ def _daemons_of(state_dir: Path) -> list[int]:
     return found
 
 
+#: The whole scenario: four launches of 1,024 processes on 2 cores take 6 to 11 minutes.
+@pytest.mark.timeout(1200)
 def test_a_thousand_ranks_launch_fail_recover_and_report(sandbox: object, tmp_path: Path) -> None:
     state = tmp_path / "big"
     tmp_path.chmod(0o755)

@@ -174,6 +174,22 @@ def test_signals_from_outside(tmp_path: Path, what: str, cause: str) -> None:
     assert got[0] == cause
 
 
+def test_a_node_that_did_not_take_the_tasks_is_infrastructure(tmp_path: Path) -> None:
+    # Seen at 128 nodes on a loaded host: one slurmd too slow to answer; srun then aborts the
+    # step, and the tasks it killed elsewhere are not the fault.
+    stderr = (
+        "srun: error: Task launch for StepId=1.0 failed on node n32: Socket timed out on "
+        "send/recv operation\nsrun: error: Application launch failed: Socket timed out on "
+        "send/recv operation\nsrun: Job step aborted\nsrun: error: n5: tasks 40-47: Killed\n"
+    )
+    cause, suspect, evidence = _crash(tmp_path, stderr, {"n5.rank-40": "step 3\n"})
+    assert (cause, suspect) == ("infrastructure", "n32")
+    assert evidence == (
+        "srun: Task launch for StepId=1.0 failed on node n32: Socket timed out on send/recv "
+        "operation"
+    )
+
+
 def test_no_srun_report_is_application(tmp_path: Path) -> None:
     assert _crash(tmp_path, "python: error\n", {}) == ("application", "", "")
 

@@ -9,6 +9,7 @@ from hpcjobs.runtime.supervisor.srunlog import (
     failed_hostlists,
     first_failure,
     has_node_failure,
+    launch_failure,
 )
 from hpcjobs.runtime.supervisor.successor import successor_args, successor_env
 
@@ -27,6 +28,15 @@ def test_the_first_failure_is_the_first_task_srun_reported() -> None:
     assert (failure.node, failure.tasks, failure.first_task) == ("n2", "4-7", "4")
     assert failure.what == "Exited with exit code 1"
     assert first_failure("srun: error: Unable to create step\n") is None
+
+
+def test_a_launch_failure_names_its_node_and_keeps_srun_s_reason() -> None:
+    text = "srun: error: Task launch for StepId=12.3 failed on node gpu-007: Communication "
+    text += "connection failure\n"
+    found = launch_failure(STDERR + text)
+    assert found is not None and found.node == "gpu-007"
+    assert found.line.endswith("failed on node gpu-007: Communication connection failure")
+    assert launch_failure(STDERR) is None
 
 
 def test_failed_nodes_after_the_runs_marker_only() -> None:

@@ -22,7 +22,7 @@ from hpcjobs.contract.slurmtext import field
 from . import decide
 from .context import RunContext
 from .signatures import all_patterns
-from .srunlog import first_failure, has_node_failure
+from .srunlog import first_failure, has_node_failure, launch_failure
 from .state import TERM, WARNING
 
 if TYPE_CHECKING:
@@ -81,9 +81,15 @@ class Ending:
 
     def crash(self) -> tuple[str, str, str]:
         """After a non-zero exit no signal explains: (cause, suspect, evidence). Infrastructure
-        when the first failing task's output shows a signature, or it died of SIGBUS or
-        SIGKILL; else application, and nobody is blamed."""
-        failure = first_failure(self.run_stderr())
+        when srun could not launch the tasks on a node (that node is blamed, not the tasks
+        the aborted step then killed), when the first failing task's output shows a
+        signature, or when it died of SIGBUS or SIGKILL; else application, and nobody is
+        blamed."""
+        stderr = self.run_stderr()
+        launch = launch_failure(stderr)
+        if launch is not None:
+            return INFRASTRUCTURE, launch.node, "srun: " + launch.line[:290]
+        failure = first_failure(stderr)
         if failure is None:
             return APPLICATION, "", ""
         node, tasks, what = failure

@@ -1,7 +1,9 @@
 """What srun wrote to the job's stderr about a run's tasks, read as text.
 
-srun reports the first task that failed (``srun: error: n2: task 1: Exited with exit code 1``)
-and every node that failed under a step (``srun: error: Node failure on n2``). The supervisor
+srun reports the first task that failed (``srun: error: n2: task 1: Exited with exit code 1``),
+a node whose slurmd did not take the step's tasks (``srun: error: Task launch for StepId=7.0
+failed on node n2: Socket timed out on send/recv operation``) and every node that failed under
+a step (``srun: error: Node failure on n2``). The supervisor
 reads them from the job's stderr file: this run's part of it for a crash, and everything after
 a run's start marker (``hpcjobs[<job>]: run ...``) for the nodes a dead run lost.
 """
@@ -13,6 +15,8 @@ from typing import NamedTuple
 
 _TASK = re.compile(r"^srun: error: ([^ :]+): tasks? ([0-9,-]+): (.*)$", re.M)
 NODE_FAILURE = "srun: error: Node failure on "
+#: Slurm's step_launch.c: "Task launch for %ps failed on node %s: %m" (22.05 to 26.05).
+_LAUNCH = re.compile(r"^srun: error: Task launch for \S+ failed on node ([^ :]+): (.*)$", re.M)
 
 
 class Failure(NamedTuple):
@@ -31,6 +35,21 @@ def first_failure(text: str) -> Failure | None:
     """The first task srun reported failed in ``text``, if any."""
     found = _TASK.search(text)
     return Failure(found.group(1), found.group(2), found.group(3)) if found else None
+
+
+class LaunchFailure(NamedTuple):
+    """The first node srun could not start the step's tasks on."""
+
+    node: str
+    line: str  #: srun's line, without its ``srun: error: `` prefix
+
+
+def launch_failure(text: str) -> LaunchFailure | None:
+    """The first node srun reported it could not launch tasks on in ``text``, if any."""
+    found = _LAUNCH.search(text)
+    if found is None:
+        return None
+    return LaunchFailure(found.group(1), found.group(0)[len("srun: error: ") :].rstrip())
 
 
 def has_node_failure(text: str) -> bool:
