@@ -29,6 +29,7 @@ from hpcjobs.config.fields import (
 )
 from hpcjobs.config.launchers import Launcher
 from hpcjobs.config.signatures import check_ere
+from hpcjobs.contract import faultdefaults
 from hpcjobs.contract.slurmtime import parse_slurm_time
 from hpcjobs.errors import BadInputError
 from hpcjobs.safetext import (
@@ -445,27 +446,29 @@ class Faults(_Model):
     #: Seconds a rank may go without advancing its progress report; 0 turns detection off.
     stall_timeout: NonNegativeInt = 1800
     #: Seconds a stalled run gets, after the warning signal, to checkpoint before it is killed.
-    stall_grace: NonNegativeInt = 10
+    stall_grace: NonNegativeInt = faultdefaults.STALL_GRACE_S
     #: How many nodes a chain excludes at most (the oldest exclusion is lifted first).
-    max_excluded_nodes: NonNegativeInt = 8
+    max_excluded_nodes: NonNegativeInt = faultdefaults.MAX_EXCLUDED_NODES
     #: Runs in a row that end with the same fault and get no further (no newer checkpoint, no
     #: later step) before the chain stops: a restart storm (0: never; else at least 2).
-    storm_runs: Annotated[int, Field(ge=0, le=1000)] = 3
+    storm_runs: Annotated[int, Field(ge=0, le=1000)] = faultdefaults.STORM_RUNS
     #: Faults within ``keep_out_hours`` that keep a node out of the user's later jobs (a repeat
     #: offender; 0: none is kept out).
-    keep_out_faults: Annotated[int, Field(ge=0, le=1000)] = 2
-    keep_out_hours: Annotated[int, Field(ge=1, le=24 * 365)] = 24
+    keep_out_faults: Annotated[int, Field(ge=0, le=1000)] = faultdefaults.KEEP_OUT_FAULTS
+    keep_out_hours: Annotated[int, Field(ge=1, le=24 * 365)] = faultdefaults.KEEP_OUT_HOURS
     #: The file every chain's blamed nodes go to (absolute; default: the user's own,
     #: ``~/.local/state/hpcjobs/suspects.jsonl``); a site may name one its admins read.
     suspects_file: AbsolutePath | None = None
     #: A node below this share of its peers' pace over ``straggler_window_s`` is a straggler:
     #: swapped for a spare at the next checkpoint, else kept out of the next run (0: off;
     #: docs/faults.md, "Stragglers").
-    straggler_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.8
-    straggler_window_s: Annotated[int, Field(ge=10, le=24 * 3600)] = 60
+    straggler_ratio: Annotated[float, Field(ge=0, lt=1)] = faultdefaults.STRAGGLER_RATIO
+    straggler_window_s: Annotated[int, Field(ge=10, le=24 * 3600)] = (
+        faultdefaults.STRAGGLER_WINDOW_S
+    )
     #: Shell command run on a suspect node before it is excluded; exit 0 clears the node.
     health_check: Annotated[SafeStr, Field(min_length=1, max_length=4000)] | None = None
-    health_check_timeout: PositiveInt = 60
+    health_check_timeout: PositiveInt = faultdefaults.HEALTH_CHECK_TIMEOUT_S
 
     @model_validator(mode="after")
     def _storm_runs(self) -> "Faults":

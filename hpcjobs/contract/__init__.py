@@ -11,5 +11,6 @@ Standard library only, Python 3.8 or newer, and it imports nothing else of hpcjo
 - :mod:`.slurmtime`, :mod:`.slurmstates`, :mod:`.slurmtext`: Slurm's time syntax, job states
   and ``scontrol`` fields, each read one way;
 - :mod:`.slurmcmd`: the one small Slurm runner of the job side;
-- :mod:`.suspects`: the user's suspect nodes across chains, and the repeat offenders.
+- :mod:`.suspects`: the user's suspect nodes across chains, and the repeat offenders;
+- :mod:`.faultdefaults`: the defaults of the fault rules a site tunes (``faults``).
 """

@@ -23,13 +23,13 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+from .faultdefaults import KEEP_OUT_FAULTS, KEEP_OUT_HOURS
+
 #: The format this module writes (a reader skips lines it cannot read).
 FORMAT = 1
 BLAME, CLEAR = "blame", "clear"
-#: Faults within the time-to-live that keep a node out (the site's ``faults.keep_out_faults``).
-KEEP_OUT_FAULTS = 2
-#: How long a blame counts, in seconds (the site's ``faults.keep_out_hours``, 24 h).
-KEEP_OUT_TTL_S = 24 * 3600
+#: How long a blame counts by default, in seconds (the site's ``faults.keep_out_hours``).
+KEEP_OUT_TTL_S = KEEP_OUT_HOURS * 3600
 #: How much of the file is read: the newest blames are at its end.
 READ_LIMIT = 1 << 20
 #: The file under the user's state folder.

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from hpcjobs.contract.faultdefaults import STRAGGLER_WINDOW_S
 from hpcjobs.runtime.supervisor.pace import (
     MIN_STEPS,
-    WINDOW_S,
     PaceLog,
     Straggler,
     advanced,
@@ -42,7 +42,7 @@ def test_a_node_a_third_slower_is_flagged_with_its_figures() -> None:
     points = {"n1": steady(2.0), "n2": steady(2.0 / 1.5), "n3": steady(2.0)}
     found = find_straggler(points, 120.0)
     assert found is not None and found.node == "n2"
-    assert found.peers == 120 and found.steps == 80 and found.window == WINDOW_S
+    assert found.peers == 120 and found.steps == 80 and found.window == STRAGGLER_WINDOW_S
     assert round(found.share, 2) == 0.67
     assert found.evidence() == "n2 at 0.67 of its peers' pace: 80 steps in 60 s, they 120"
 

@@ -1,13 +1,16 @@
 """Stragglers: a node that stays slower than its peers (docs/faults.md, "Stragglers").
 
 The rule, defined here once. Each node's pace is the steps its slowest rank advanced over the
-last :data:`WINDOW_S` seconds, read from the node agents' summaries the stall watch reads
+last :data:`~hpcjobs.contract.faultdefaults.STRAGGLER_WINDOW_S` seconds (the site's
+``faults.straggler_window_s``), read from the node agents' summaries the stall watch reads
 anyway (O(nodes) per agent cycle, nothing per rank). A node is a straggler when, with at least
 :data:`MIN_NODES` nodes judged:
 
-- its pace over the window is below :data:`RATIO` of its peers' (the median of the other
-  nodes' paces: with two nodes, the other one), and so is its pace over the newer half of the
-  window (a slowdown that has already passed, a checkpoint save say, is no straggler);
+- its pace over the window is below a share of its peers' (the site's
+  ``faults.straggler_ratio``, by default
+  :data:`~hpcjobs.contract.faultdefaults.STRAGGLER_RATIO`; the peers' pace is the median of the
+  other nodes' paces: with two nodes, the other one), and so is its pace over the newer half of
+  the window (a slowdown that has already passed, a checkpoint save say, is no straggler);
 - with three nodes or more, it also stands out of their spread: its steps are more than
   :data:`SPREAD` scaled median absolute deviations of all the nodes' steps below its peers'
   median (Google's goodput tooling flags step times beyond median + 3 MAD). Where the nodes'
@@ -37,10 +40,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-#: A node is slow below this share of its peers' pace.
-RATIO = 0.8
-#: Seconds of progress a node is judged on.
-WINDOW_S = 60.0
+from hpcjobs.contract.faultdefaults import STRAGGLER_RATIO, STRAGGLER_WINDOW_S
+
 #: The fewest steps the peers must advance in a window for a node to be judged: a step every
 #: 3 s or faster at the default window. With fewer, 20 % is a step or two, and a hang of a few
 #: steps would look like a slow node before the stall watch finds it.
@@ -102,8 +103,8 @@ def advanced(points: Sequence[tuple[float, int]], start: float, end: float) -> i
 def find_straggler(
     points: Mapping[str, Sequence[tuple[float, int]]],
     now: float,
-    ratio: float = RATIO,
-    window: float = WINDOW_S,
+    ratio: float = STRAGGLER_RATIO,
+    window: float = STRAGGLER_WINDOW_S,
     spared: Sequence[str] = (),
     every: float = 5.0,
 ) -> Straggler | None:
@@ -169,10 +170,10 @@ def _paces(
 
 
 class PaceLog:
-    """Each node's ``(time reached, step)`` points, kept for :data:`WINDOW_S` and a margin:
+    """Each node's ``(time reached, step)`` points, kept for the window and a margin:
     O(nodes × window / agent cycle) in memory."""
 
-    def __init__(self, window: float = WINDOW_S) -> None:
+    def __init__(self, window: float = STRAGGLER_WINDOW_S) -> None:
         self.window = window
         self.points: dict[str, list[tuple[float, int]]] = {}
 

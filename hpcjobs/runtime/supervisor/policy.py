@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from hpcjobs.contract import faultdefaults as defaults
 from hpcjobs.contract.causes import CAUSES
 
 #: The policy format this supervisor reads.
@@ -31,22 +32,22 @@ class Policy(NamedTuple):
     max_total: int | None = None  #: requeues allowed in total (None: no limit)
     standby: bool = True  #: keep a standby (False for --no-requeue)
     stall_timeout: int = 0  #: seconds without progress that make a stall (0: no watch)
-    stall_grace: int = 10  #: seconds a stalled run gets to checkpoint
-    max_excluded: int = 8  #: nodes a chain excludes at most
+    stall_grace: int = defaults.STALL_GRACE_S  #: seconds a stalled run gets to checkpoint
+    max_excluded: int = defaults.MAX_EXCLUDED_NODES  #: nodes a chain excludes at most
     #: Runs in a row that end the same way and get no further before the chain stops (a
     #: restart storm; 0: never).
-    storm_runs: int = 3
+    storm_runs: int = defaults.STORM_RUNS
     #: The user's suspects file ("": the user's own, :mod:`hpcjobs.contract.suspects`).
     suspects_file: str = ""
     #: Faults within ``keep_out_hours`` that keep a node out of later jobs (0: none is kept out).
-    keep_out_faults: int = 2
-    keep_out_hours: int = 24
+    keep_out_faults: int = defaults.KEEP_OUT_FAULTS
+    keep_out_hours: int = defaults.KEEP_OUT_HOURS
     #: A node below this share of its peers' pace is a straggler (0: none is looked for;
     #: :mod:`.pace`), judged over ``straggler_window`` seconds.
-    straggler_ratio: float = 0.8
-    straggler_window: int = 60
+    straggler_ratio: float = defaults.STRAGGLER_RATIO
+    straggler_window: int = defaults.STRAGGLER_WINDOW_S
     health_check: str = ""  #: shell command run on a suspect before it is excluded
-    health_timeout: int = 60
+    health_timeout: int = defaults.HEALTH_CHECK_TIMEOUT_S
     #: The site's infrastructure signatures (grep -E), searched after hpcjobs' own.
     patterns: Sequence[str] = []
     #: The sbatch options a continuation is submitted with.

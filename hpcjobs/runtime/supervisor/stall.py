@@ -19,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from hpcjobs.contract.faultdefaults import STRAGGLER_WINDOW_S
+
 from .agent import read_summary
 from .decide import Stall, find_stall, judged_rank
 from .pace import KEEP_OUT, SWAP, PaceLog, Straggler, find_straggler
@@ -42,7 +44,7 @@ class StallWatch:
         every: float,
         checkpoints: str = "",
         straggler_ratio: float = 0.0,
-        straggler_window: float = 60.0,
+        straggler_window: float = STRAGGLER_WINDOW_S,
         can_swap: Callable[[str], bool] | None = None,
     ) -> None:
         self.step = step
