@@ -32,6 +32,20 @@ stage() {
     return "$rc"
 }
 
+# in_background NAME LOG COMMAND...: COMMAND in the background, its output to LOG, its wall
+# time and result noted like a stage's; its pid is $! afterwards.
+in_background() {
+    local name=$1 log=$2
+    shift 2
+    (
+        t0=$(date +%s)
+        "$@" >"$log" 2>&1
+        rc=$?
+        printf '%s\t%s\t%s\n' "$name" $(($(date +%s) - t0)) "$rc" >>"$timings"
+        exit "$rc"
+    ) &
+}
+
 # The closing lines: one row per stage, then the total, then one count of every pytest run.
 report() {
     local total=$(($(date +%s) - started_all)) passed=0 failures=0 skipped=0 line
@@ -105,13 +119,8 @@ trap 'exit 130' INT TERM
 # The other releases' roots, sandboxes and venvs: built in the background meanwhile.
 declare -A prep_pid
 for rel in "${others[@]}"; do
-    (
-        t0=$(date +%s)
-        scripts/test-other-release.sh --release "$rel" --prepare >"$logs/prepare-$rel.log" 2>&1
-        rc=$?
-        printf '%s\t%s\t%s\n' "prepare $rel root and sandbox (background)" $(($(date +%s) - t0)) "$rc" >>"$timings"
-        exit "$rc"
-    ) &
+    in_background "prepare $rel root and sandbox (background)" "$logs/prepare-$rel.log" \
+        scripts/test-other-release.sh --release "$rel" --prepare
     prep_pid[$rel]=$!
 done
 
@@ -150,14 +159,8 @@ start_others() {
             failed+=("prepare $rel")
             continue
         fi
-        (
-            t0=$(date +%s)
-            scripts/test-other-release.sh --release "$rel" --run "${options[@]}" \
-                >"$logs/pytest-$rel.log" 2>&1
-            rc=$?
-            printf '%s\t%s\t%s\n' "pytest: live ($rel, side by side)" $(($(date +%s) - t0)) "$rc" >>"$timings"
-            exit "$rc"
-        ) &
+        in_background "pytest: live ($rel, side by side)" "$logs/pytest-$rel.log" \
+            scripts/test-other-release.sh --release "$rel" --run "${options[@]}"
         run_pid[$rel]=$!
     done
 }
@@ -180,14 +183,8 @@ else
     # Every release's live suite side by side, and the unit and golden tests beside them,
     # niced: they take the CPU the live suites leave while those wait on Slurm.
     start_others
-    (
-        t0=$(date +%s)
-        nice -n 19 "${pytest[@]}" tests/unit "$@" >"$logs/pytest-$host-unit.log" 2>&1
-        rc=$?
-        printf '%s\t%s\t%s\n' "pytest: unit and golden ($host, niced, side by side)" \
-            $(($(date +%s) - t0)) "$rc" >>"$timings"
-        exit "$rc"
-    ) &
+    in_background "pytest: unit and golden ($host, niced, side by side)" \
+        "$logs/pytest-$host-unit.log" nice -n 19 "${pytest[@]}" tests/unit "$@"
     unit_pid=$!
     pytest_stage "pytest: live ($host, side by side)" "$logs/pytest-$host-live.log" \
         "${pytest[@]}" tests/live "$@"
