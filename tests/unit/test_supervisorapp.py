@@ -181,3 +181,34 @@ def test_an_unwritable_supervisor_folder_is_bad_input(
     with pytest.raises(BadInputError, match="cannot write the job's supervisor") as info:
         write_supervisor(target)
     assert "Permission denied" in info.value.message and info.value.hint
+
+
+def _agents_program(app: Path, env: dict[str, str]) -> list[str]:
+    """The command the zipapp's supervisor would start its node agents with."""
+    probe = (
+        "import json, sys; sys.argv = sys.argv[1:]; sys.path.insert(0, sys.argv[0]); "
+        "from hpcjobs_supervisor.cli import _program; print(json.dumps(_program()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", probe, str(app)], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    argv: list[str] = __import__("json").loads(out.stdout)
+    return argv
+
+
+def test_agents_run_the_supervisors_own_interpreter_where_the_node_has_it(tmp_path: Path) -> None:
+    app = write_supervisor(tmp_path / supervisor_name())
+    env = {k: v for k, v in os.environ.items() if k != "HPCJOBS_PYTHON"}
+    argv = _agents_program(app, env)
+    # The site's "python3" (a name): the supervisor's own interpreter, else the name.
+    assert argv[:2] == ["/bin/sh", "-c"] and argv[4:] == [
+        sys.executable, "python3", "-E", "-s", "-S", str(app)
+    ]  # fmt: skip
+    for own in (sys.executable, str(tmp_path / "no-such-python")):
+        argv[4] = own
+        ran = subprocess.run([*argv, "agent", "--help"], capture_output=True, text=True, env=env)
+        assert ran.returncode == 0 and "--shared" in ran.stdout, ran.stderr
+    # A path the site named is used as it is.
+    env["HPCJOBS_PYTHON"] = sys.executable
+    assert _agents_program(app, env) == [sys.executable, "-E", "-s", "-S", str(app)]
