@@ -54,6 +54,7 @@ ROWS = (
     ("fs_ops_supervisor_per_s", "  of which the supervisor's reads, per s"),
     ("node_lost_s", "node DOWN to running again, s"),
     ("node_lost_hpcjobs_s", "  of which fault logged to running again, s"),
+    ("stall_found_s", "hung rank's last step to the stall found, s"),
     ("stall_s", "hung rank's last step to running again, s"),
     ("stall_hpcjobs_s", "  of which fault logged to running again, s"),
     ("crash_s", "crashed rank's last step to running again, s"),

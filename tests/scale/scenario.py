@@ -288,6 +288,11 @@ class Scenario:
             fault = self.fault(run)
             self.began.append((name, run, stopped_at))
             self.figures[f"{name}_hpcjobs_s"] = nxt.time - fault.time
+            idle = re.search(r" for ([0-9]+) s", fault.text("evidence") or "")
+            if name == "stall" and idle:
+                # The watch's finding (``rank R at step S for N s``): the fault event itself
+                # comes at the run's end, after the warning's grace and the step's kill.
+                self.figures["stall_found_s"] = float(idle.group(1))
             assert fault.text("node") == nodes[rank // GPUS], self.chain_text()
             blamed.append(nodes[rank // GPUS])
         return blamed[0], blamed[1]
