@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.scale.phases import PHASES
+from tests.scale.phases import PARTS, PHASES
 from tests.scale.scenario import (
     GPUS,
     LIGHT_RANK,
@@ -142,6 +142,12 @@ PHASE_ROWS = tuple(
 )
 
 
+#: The split of each fault's detect and decide phases (tests/scale/phases.py, ``parts``).
+PART_ROWS = tuple(
+    (f"{fault}_{part}_s", f"{label}: {part}, wall s") for fault, label in FAULTS for part in PARTS
+)
+
+
 def table(results: dict[int, dict[str, float]], rows: tuple[tuple[str, str], ...] = ROWS) -> str:
     sizes = sorted(results)
     head = f"{'figure':<46}" + "".join(f"{f'{n} x {GPUS}':>10}" for n in sizes)
@@ -172,6 +178,8 @@ def main() -> int:
     print(table(results))
     print("\nWhere each recovery's seconds go (tests/scale/phases.py):")
     print(table(results, PHASE_ROWS))
+    print("\nDetect and decide, split (the fault event's 'exited', the requeue's 'took'):")
+    print(table(results, PART_ROWS))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

@@ -39,7 +39,8 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     # the chain continues in (none for Slurm's own requeue). ``stopped_job``/``stopped_run``:
     # the run that ended (job id, and that job's restart count when it ran). ``slurm_state``:
     # how Slurm recorded that run's end, when a standby logs it. ``checkpoint``/``progress``:
-    # the newest complete checkpoint and the step reached (-1: none).
+    # the newest complete checkpoint and the step reached (-1: none). ``took``: a run again
+    # inside the job, the seconds of each part of the decision (see RECOVERY_PARTS).
     "requeue": (
         "how",
         "next",
@@ -48,6 +49,7 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
         "slurm_state",
         "checkpoint",
         "progress",
+        "took",
     ),
     # The chain is over; ``cause`` is finish or fail, ``detail`` says why. ``rule``: why a
     # run that exited 0 was finished (or not); ``repeated``: a restart storm stopped it, what
@@ -61,7 +63,9 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     # run it ended, and the evidence (a matched log line, a stalled rank, Slurm's state).
     # ``seen_by``: the node whose agent saw the job's batch host leave a job with spare nodes
     # (Slurm keeps such a job running without it), and ended the job for its standby.
-    "fault": ("node", "stopped_job", "evidence", "seen_by"),
+    # ``exited``: when the run's launcher exited (epoch seconds; null: unknown, or still
+    # running), the end of Slurm's part of the detection.
+    "fault": ("node", "stopped_job", "evidence", "seen_by", "exited"),
     # The nodes every later run leaves out (the whole list), those let go to stay within
     # ``limit``.
     "exclude": ("nodes", "released", "limit"),
@@ -92,6 +96,11 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
 CONTINUED, TOOK_OVER, SLURM, SLURM_FALLBACK = "continued", "took_over", "slurm", "slurm_fallback"
 IN_JOB = "in_job"
 HOWS = (CONTINUED, TOOK_OVER, SLURM, SLURM_FALLBACK, IN_JOB)
+
+#: The parts of a decision to run again inside the job (a ``requeue`` event's ``took``), in
+#: order: the node agents' step ending, Slurm's view of the job and its nodes, the old steps
+#: ending before nodes leave the job, and the job's shrink to the nodes it keeps.
+RECOVERY_PARTS = ("agents_end", "nodes", "steps_end", "release")
 
 _COMMON = ("v", "time", "job", "restart", "event", "cause", "detail")
 

@@ -24,7 +24,7 @@ from hpcjobs.backoff import Backoff
 from hpcjobs.errors import SandboxError
 from hpcjobs.logger import logger
 from hpcjobs.runner import LocalRunner, Result
-from hpcjobs.sandbox import confgen, packages, procs
+from hpcjobs.sandbox import confgen, packages, procs, site
 from hpcjobs.sandbox.daemons import DaemonStarter, database_password
 from hpcjobs.sandbox.layout import CLUSTER_NAME, Layout, Settings, default_state_dir
 from hpcjobs.sandbox.release import Release, get_release, host_release
@@ -261,6 +261,7 @@ class Sandbox:
         password = database_password(lay)
         write_atomic(lay.slurmdbd_conf, confgen.slurmdbd_conf(settings, lay, password).encode())
         _write_public(lay.settings_file, settings.to_json() + "\n")
+        _write_public(lay.site_file, site.site_text(settings))
 
     def _register_accounting(self, progress: Progress) -> None:
         show = self.slurm.run(

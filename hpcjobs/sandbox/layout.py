@@ -143,6 +143,11 @@ class Layout:
         return self.etc / "gres.conf"
 
     @property
+    def site_file(self) -> Path:
+        """The sandbox's own site config, sized to it (:mod:`.site`)."""
+        return self.etc / "site.yaml"
+
+    @property
     def settings_file(self) -> Path:
         return self.root / "sandbox.json"
 
@@ -198,5 +203,7 @@ class Layout:
 
     def shell_env(self) -> dict[str, str]:
         """What ``hpcjobs sandbox env`` exports: the Slurm client's variables, and the sandbox
-        site for hpcjobs itself, so ``hpcjobs submit`` needs no ``--site``."""
-        return {**self.client_env(), SITE_ENV: SANDBOX_SITE}
+        site for hpcjobs itself, so ``hpcjobs submit`` needs no ``--site``: the one ``up`` wrote,
+        of the sandbox's size, else the built-in one."""
+        site = str(self.site_file) if self.site_file.is_file() else SANDBOX_SITE
+        return {**self.client_env(), SITE_ENV: site}

@@ -49,10 +49,48 @@ def test_submit_without_site_after_sandbox_env(sandbox: Sandbox, shared_tmp: Pat
     )
     proc = bash(script, shared_tmp)
     assert proc.returncode == 0, proc.stderr
-    assert f"site=sandbox conf={sandbox.layout.slurm_conf}" in proc.stderr
+    assert f"site={sandbox.layout.site_file} conf={sandbox.layout.slurm_conf}" in proc.stderr
     job_id = json.loads(proc.stdout)["job_id"]
     log = (out / f"slurm-{job_id}.out").read_text()
     assert any(line.strip() in ("n1", "n2", "n3") for line in log.splitlines()), log
+
+
+@pytest.mark.slow
+def test_a_sandbox_of_8_x_8_takes_a_job_of_its_size(sandbox: Sandbox, shared_tmp: Path) -> None:
+    """docs/sandbox.md's sized sandbox, as written: `up --nodes 8 --gpus-per-node 8`, `eval
+    "$(hpcjobs sandbox env)"`, then a job of 8 nodes x 8 GPUs (the built-in site, 3 x 4,
+    refused it), beside the test sandbox."""
+    state = Path("/tmp") / f"hpcjobs-test-sized-{os.getpid()}"
+    settings = sandbox.saved_settings()
+    assert settings is not None
+    out = shared_tmp / "sized"
+    hpcjobs, where = shlex.quote(HPCJOBS), shlex.quote(str(state))
+    script = (
+        "set -e\n"
+        f"{hpcjobs} sandbox up --state-dir {where} --port-base {settings.port_base + 200} "
+        "--nodes 8 --gpus-per-node 8\n"
+        f'eval "$({hpcjobs} sandbox env --state-dir {where})"\n'
+        f"{hpcjobs} submit -N 8 --gpus-per-node 8 --wait --json -J sized "
+        f"--output-dir {shlex.quote(str(out))} -- printenv SLURMD_NODENAME\n"
+    )
+    try:
+        proc = bash(script, shared_tmp)
+        assert proc.returncode == 0, proc.stderr
+        job_id = json.loads(proc.stdout)["job_id"]
+        log = (out / f"slurm-{job_id}.out").read_text()
+        assert {f"n{i}" for i in range(1, 9)} <= {line.strip() for line in log.splitlines()}, log
+        env = {**os.environ, "SLURM_CONF": str(state / "etc" / "slurm.conf")}
+        shown = subprocess.run(
+            ["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True
+        ).stdout
+        assert "NumNodes=8" in shown and "gres/gpu=64" in shown, shown
+    finally:
+        subprocess.run(
+            [HPCJOBS, "sandbox", "down", "--purge", "--state-dir", str(state)],
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
 
 
 def test_forgotten_sandbox_env_gets_a_hint(sandbox: Sandbox, shared_tmp: Path) -> None:

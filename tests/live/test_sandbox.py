@@ -111,7 +111,7 @@ def test_status_and_env_commands(sandbox: Sandbox) -> None:
     assert env.exit_code == 0
     assert env.stdout.splitlines() == [
         f"export SLURM_CONF={sandbox.layout.slurm_conf}",
-        "export HPCJOBS_SITE=sandbox",
+        f"export HPCJOBS_SITE={sandbox.layout.site_file}",
     ]
 
 

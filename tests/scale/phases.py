@@ -28,11 +28,14 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from hpcjobs.contract.eventlog import RECOVERY_PARTS
 from hpcjobs.jobs.chain import Chain, Event
 from hpcjobs.runtime.progress import Report
 
 #: The phases, in order (see the module's text).
 PHASES = ("detect", "decide", "relaunch", "first_step", "all_ranks")
+#: What :func:`parts` splits ``detect`` and ``decide`` into, in order.
+PARTS = ("teardown", "classify", *RECOVERY_PARTS)
 
 
 def boundaries(
@@ -55,6 +58,29 @@ def boundaries(
     first = min(firsts) if firsts else float("nan")
     last = max(firsts) if firsts else float("nan")
     return [began, fault.time, decision.time, start.time, first, last]
+
+
+def parts(chain: Chain, fault_index: int, began: float) -> dict[str, float]:
+    """The ``detect`` and ``decide`` phases of the chain's ``fault_index``-th fault, split:
+    ``teardown`` (the fault began to the run's launcher exiting: Slurm's part), ``classify``
+    (to the ``fault`` event: hpcjobs'), and each part of the decision to run again inside the
+    job (the ``requeue`` event's ``took``: :data:`RECOVERY_PARTS`). Those it cannot tell are
+    left out."""
+    faults = [e for e in chain.events if e.event == "fault"]
+    fault = faults[fault_index]
+    found: dict[str, float] = {}
+    exited = fault.data.get("exited")
+    if isinstance(exited, (int, float)) and exited > 0:
+        found["teardown"] = exited - began
+        found["classify"] = fault.time - exited
+    decision = _first([e for e in chain.events if e.time >= fault.time], "requeue")
+    took = decision.data.get("took")
+    if isinstance(took, dict):
+        for part in RECOVERY_PARTS:
+            value = took.get(part)
+            if isinstance(value, (int, float)):
+                found[part] = float(value)
+    return found
 
 
 def durations(ends: Sequence[float]) -> dict[str, float]:

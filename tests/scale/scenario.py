@@ -43,7 +43,7 @@ from hpcjobs.runtime import lightrank
 from hpcjobs.runtime.progress import progress_dir
 from tests.live.test_faults import NCCL_IB_ERROR
 from tests.live.waiting import wait_for
-from tests.scale.phases import CpuSampler, boundaries, durations
+from tests.scale.phases import CpuSampler, boundaries, durations, parts
 
 BIN = Path(sys.executable).absolute().parent
 HPCJOBS = str(BIN / "hpcjobs")
@@ -391,6 +391,8 @@ class Scenario:
             ends = boundaries(chain, index, began, histories)
             for phase, seconds in durations(ends).items():
                 self.figures[f"{name}_{phase}_s"] = seconds
+            for part, seconds in parts(chain, index, began).items():
+                self.figures[f"{name}_{part}_s"] = seconds
             if sampler is not None:
                 for phase, cpu in sampler.per_phase(ends).items():
                     self.figures[f"{name}_{phase}_cpu_s"] = cpu

@@ -160,6 +160,8 @@ def test_a_failed_node_is_replaced_by_the_spare(tmp_path: Path) -> None:
         0,
     )
     assert requeue.detail == "continued in job 300 on n1,n3"
+    # Slurm took the failed node out itself: no steps' end to wait for, no shrink.
+    assert list(requeue.data["took"]) == ["agents_end", "nodes"]  # type: ignore[arg-type]
 
 
 def test_a_suspect_still_in_the_job_is_released_from_it(tmp_path: Path) -> None:
@@ -211,6 +213,13 @@ def test_nodes_leave_the_job_only_once_its_steps_have_ended(
     else:
         assert ends_after <= clock.now - started < ends_after + 1
         assert "still listed" not in err
+    # The decision's parts are in the requeue event: here the steps' end took the time.
+    (requeue,) = [
+        e for e in events_in(tmp_path / "run" / "chain-300.jsonl") if e.event == "requeue"
+    ]
+    took = requeue.data["took"]
+    assert isinstance(took, dict) and list(took) == ["agents_end", "nodes", "steps_end", "release"]
+    assert took["steps_end"] == pytest.approx(clock.now - started, abs=1.0)
 
 
 def test_slurms_sigterm_ends_the_wait_for_the_steps(tmp_path: Path) -> None:

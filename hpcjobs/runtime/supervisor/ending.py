@@ -127,6 +127,7 @@ class Ending:
             node=suspect or None,
             stopped_job=self.ctx.self_id,
             evidence=evidence,
+            exited=round(self.run.program.exited_at, 3) or None,
         )
         self.ctx.log("{}{}: {}".format(cause, f" on node {suspect}" if suspect else "", evidence))
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from hpcjobs.contract.causes import (
     NODE_FAILURE,
 )
-from hpcjobs.contract.eventlog import IN_JOB
+from hpcjobs.contract.eventlog import IN_JOB, RECOVERY_PARTS
 from hpcjobs.contract.slurmtext import field
 
 from . import decide
@@ -68,11 +68,15 @@ class Nodes:
     def __init__(self, run: Supervisor) -> None:
         self.run = run
         self.ctx: RunContext = run.ctx
+        #: The seconds of each part of the last decision to run again in the job
+        #: (:data:`~hpcjobs.contract.eventlog.RECOVERY_PARTS`).
+        self.took: dict[str, float] = {}
 
     def take(self, bad: Sequence[str] = ()) -> bool:
         """With spare nodes: choose the nodes the next run takes, and release from the job the
         nodes no run may take (the chain's excluded nodes, nodes Slurm shows down, ``bad``).
         False, changing nothing, when the job is not running or too few nodes are left."""
+        began = self.ctx.clock()
         info = self.ctx.slurm.show_job(self.ctx.job)
         if field(info, "JobState") != "RUNNING":
             return False
@@ -93,9 +97,14 @@ class Nodes:
             return False
         keep = [node for node in allocation if node not in ruled_out]
         settings: dict[str, str | None] = {}
+        self.took["nodes"] = self.ctx.clock() - began
         if len(keep) < len(allocation):
+            began = self.ctx.clock()
             self.steps_ended()
+            self.took["steps_end"] = self.ctx.clock() - began
+            began = self.ctx.clock()
             settings = self.release(keep)
+            self.took["release"] = self.ctx.clock() - began
         if keep != self.ctx.allocation:
             # The job's settings follow its nodes (Slurm takes a failed node out by itself).
             nodes, count = ",".join(keep), str(len(keep))
@@ -163,7 +172,9 @@ class Nodes:
             return False
         # The agents end before a node leaves the job: Slurm would otherwise kill their step
         # there, and a step that outlives that kill drains the node ("Kill task failed").
+        began = self.ctx.clock()
         self.run.agents.stop()
+        self.took = {"agents_end": self.ctx.clock() - began}
         if not self.take(failed):
             self.ctx.log(f"{cause}: too few nodes left in job {self.ctx.job} to run again in it")
             return False
@@ -181,6 +192,7 @@ class Nodes:
             f"continued in job {self.ctx.self_id} on {nodes}",
             how=IN_JOB,
             stopped_run=self.ctx.restart,
+            took={part: round(self.took[part], 3) for part in RECOVERY_PARTS if part in self.took},
             **self.ctx.position(),
         )
         self.ctx.log(f"{cause}: running again in this job on {nodes}, from the last checkpoint")

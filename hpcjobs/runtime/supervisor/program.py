@@ -63,6 +63,8 @@ class Program:
         self.request_file = ""
         self.requested_at = 0.0
         self.request_killed = False
+        #: When the launcher of the current run exited (epoch seconds; 0: still running).
+        self.exited_at = 0.0
 
     def control(self, grace: float) -> StepControl:
         """What a watch needs to end this run's step, ``grace`` seconds after the warning."""
@@ -181,6 +183,7 @@ class Program:
             # it, a run's tasks are its --nodes times --ntasks-per-node.
             env = {k: v for k, v in env.items() if k not in ("SLURM_NTASKS", "SLURM_NPROCS")}
             argv = self.sized(argv)
+        self.exited_at = 0.0
         self.child = subprocess.Popen(argv, env=env)
         self.ctx.state.phase = RUN  # a signal from here on is the program's, and is logged
         self.act_on_signals()  # the warning may have come while the run began
@@ -231,6 +234,7 @@ class Program:
                     )
                     rc = -signal.SIGTERM
                     break
+        self.exited_at = time.time()
         self.act_on_signals()  # one that came as the step ended is still logged
         self.run.stragglers.take(self.watch)
         self.ctx.state.phase = FINISH

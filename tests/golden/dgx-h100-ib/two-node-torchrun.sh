@@ -160,7 +160,7 @@ hpcjobs_rank_setup() {
   # node agent, with an empty program-<pid> file there (the process this rank becomes: the
   # agent delivers the warning from it down, without looking at every process of the node);
   # and a copy of its output in capture-<root>/<node>.rank-<RANK>, for telling a crash of the
-  # node from one of the program (tee ignores the signals Slurm sends the step).
+  # node from one of the program (hpcjobs_tee).
   local node="${SLURMD_NODENAME:-$(hostname -s)}" file
   if [ -n "${HPCJOBS_NODE_TMP:-}" ]; then
     export HPCJOBS_PROGRESS_DIR="$HPCJOBS_NODE_TMP/$node"
@@ -168,10 +168,19 @@ hpcjobs_rank_setup() {
   fi
   file="${HPCJOBS_CAPTURE_DIR:-}/$node.rank-${RANK:-${SLURM_PROCID:-0}}"
   if [ -z "${HPCJOBS_CAPTURE_DIR:-}" ] || ! (umask 077 && : >>"$file") 2>/dev/null; then return 0; fi
-  exec 2> >(trap '' TERM INT HUP QUIT USR1 USR2 && exec tee -a -- "$file" >&2) \
-    > >(trap '' TERM INT HUP QUIT USR1 USR2 && exec tee -a -- "$file")
+  exec 2> >(hpcjobs_tee "$file" >&2) > >(hpcjobs_tee "$file")
 }
-export -f hpcjobs_start hpcjobs_rank_setup
+hpcjobs_tee() {
+  # Copies a rank's output to "$1" until the rank and its children close it. It ignores the
+  # signals Slurm sends the step, and runs in a session of its own: where Slurm tracks a
+  # step by its process group (proctrack/pgid), the step's end waits for every process of
+  # the group, a tee orphaned by the rank's end included, until init has reaped it
+  # (1 to 3 s per step; docs/scale.md).
+  trap '' TERM INT HUP QUIT USR1 USR2
+  if command -v setsid >/dev/null 2>&1; then exec setsid tee -a -- "$1"; fi
+  exec tee -a -- "$1"
+}
+export -f hpcjobs_start hpcjobs_rank_setup hpcjobs_tee
 # The supervisor (docs/requeue.md, "The supervisor") starts the step below, delivers
 # SIGUSR2 to the processes that listen for it, forwards SIGTERM, watches for
 # stalls, and decides how the job goes on: finished,
