@@ -21,6 +21,9 @@ from hpcjobs.slurm.parse import format_duration
 from hpcjobs.slurm.statusquery import StatusReport, query_status, row_matches
 from hpcjobs.texttable import table
 
+#: A grower's Slurm states while it waits in the queue (once it runs, it takes over).
+GROWER_WAITS = ("PENDING", "CONFIGURING")
+
 if TYPE_CHECKING:
     from hpcjobs.jobs.chain import ChainRef
     from hpcjobs.slurm.statusquery import JobStatus
@@ -55,6 +58,10 @@ def status(
     give the first id and status shows the chain's current job (a note on stderr says which),
     with CHAIN (the first id) and RUNS (runs of the whole chain); --json adds chain_root,
     chain_jobs and runs to each job (null for a job that is not part of such a chain).
+
+    An elastic job running below its full size keeps a grower, a job of the chain that waits in
+    the queue for more nodes: status says so under the table, with the grower's state and
+    reason (in the same query), and --json adds it as "grower" (null when there is none).
     """
     ids = check_job_ids(job_ids)
     runner, client = slurm_access(ctx, host)
@@ -64,9 +71,17 @@ def status(
             click.echo(f"job {root} continues as job {ref.current}", err=True)
     ids = [chains[i].current if i in chains else i for i in ids]
     by_current = {ref.current: ref for ref in chains.values()}
+    growers = {
+        ref.current: found for ref in chains.values() if (found := ref.waiting_grower()) is not None
+    }
+    asked = [*ids, *(grower for grower, _ in growers.values() if grower not in ids)]
+
+    def query() -> tuple[StatusReport, dict[str, dict[str, Any]]]:
+        return _apart(query_status(client, asked or None, mine=mine), ids, growers)
+
     if not watch:
-        report = query_status(client, ids or None, mine=mine)
-        _show(report, as_json, by_current)
+        report, waiting = query()
+        _show(report, as_json, by_current, waiting)
         _exit_for_unknown(ctx, report)
         return
     follower = Follower()
@@ -74,12 +89,12 @@ def status(
     redraw = sys.stdout.isatty() and not as_json
     try:
         while True:
-            report = query_status(client, ids or None, mine=mine)
+            report, waiting = query()
             follower.update(report.jobs)
             if redraw:
                 click.echo("\x1b[H\x1b[2J", nl=False)
             click.echo(f"Every refresh: one Slurm query.  {time.strftime('%H:%M:%S')}")
-            _show(report, as_json, by_current)
+            _show(report, as_json, by_current, waiting)
             if report.unknown or (ids and follower.done()):
                 _exit_for_unknown(ctx, report)
                 return
@@ -88,11 +103,57 @@ def status(
         ctx.exit(130)
 
 
-def _show(report: object, as_json: bool, chains: Mapping[str, ChainRef]) -> None:
+def _apart(
+    report: StatusReport, ids: list[str], growers: Mapping[str, tuple[str, str]]
+) -> tuple[StatusReport, dict[str, dict[str, Any]]]:
+    """The report of the jobs asked for, without the growers asked along (a grower that left
+    the queue is not an unknown id); and each running job's waiting grower (its ``grower``
+    field: id, size, state, reason)."""
+    extra = {grower for grower, _ in growers.values() if grower not in ids}
+    jobs = [job for job in report.jobs if job.job_id not in extra]
+    unknown = [job_id for job_id in report.unknown if job_id not in extra]
+    waiting: dict[str, dict[str, Any]] = {}
+    for current, (grower, size) in growers.items():
+        runs = any(j.job_id == current and j.state == "RUNNING" for j in report.jobs)
+        row = next((j for j in report.jobs if j.job_id == grower), None)
+        if runs and row is not None and row.state in GROWER_WAITS:
+            waiting[current] = {
+                "job_id": grower,
+                "size": size,
+                "state": row.state,
+                "reason": row.reason,
+            }
+    return StatusReport(jobs, unknown, report.accounting), waiting
+
+
+def grower_note(job: JobStatus, grower: Mapping[str, Any]) -> str:
+    """Why a chain's job runs below its full size, in one line under the table."""
+    size, held = str(grower["size"]), job.nodes
+    needs = size.split("-")[0]
+    why = f"{grower['state']}: {grower['reason']}" if grower["reason"] else grower["state"]
+    besides = f" besides the {held} it holds" if held else ""
+    return (
+        f"job {job.job_id} runs below its full size; its grower job {grower['job_id']} waits "
+        f"for {size or 'more'} nodes ({why}): Slurm cannot add nodes to a running GPU job, so "
+        f"the chain grows once {needs or 'that many'} nodes are free{besides} "
+        '(docs/requeue.md, "Growing back")'
+    )
+
+
+def _show(
+    report: object,
+    as_json: bool,
+    chains: Mapping[str, ChainRef],
+    waiting: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
     assert isinstance(report, StatusReport)
+    waiting = waiting or {}
     if as_json:
         data = {
-            "jobs": [{**job.to_dict(), **chain_fields(job, chains)} for job in report.jobs],
+            "jobs": [
+                {**job.to_dict(), **chain_fields(job, chains), "grower": waiting.get(job.job_id)}
+                for job in report.jobs
+            ],
             "unknown": report.unknown,
             "accounting": report.accounting,
         }
@@ -122,6 +183,9 @@ def _show(report: object, as_json: bool, chains: Mapping[str, ChainRef]) -> None
         for row, f in zip(rows, fields, strict=True):
             row += [str(f["chain_root"] or "-"), str(f["runs"] if f["runs"] is not None else "-")]
     click.echo(table(headers, rows))
+    for job in report.jobs:
+        if job.job_id in waiting:
+            click.echo(grower_note(job, waiting[job.job_id]))
 
 
 def chain_fields(job: JobStatus, chains: Mapping[str, ChainRef]) -> dict[str, Any]:

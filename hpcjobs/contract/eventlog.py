@@ -63,8 +63,9 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     # run it ended, and the evidence (a matched log line, a stalled rank, Slurm's state).
     # ``seen_by``: the node whose agent saw the job's batch host leave a job with spare nodes
     # (Slurm keeps such a job running without it), and ended the job for its standby.
-    # ``exited``: when the run's launcher exited (epoch seconds; null: unknown, or still
-    # running), the end of Slurm's part of the detection.
+    # ``exited``: when the run's launcher exited, or the supervisor stopped waiting for it
+    # after Slurm's SIGTERM (epoch seconds; null: unknown), the end of Slurm's part of the
+    # detection.
     "fault": ("node", "stopped_job", "evidence", "seen_by", "exited"),
     # The nodes every later run leaves out (the whole list), those let go to stay within
     # ``limit``.

@@ -199,6 +199,15 @@ def test_an_elastic_job_grows_back_when_its_nodes_return(cluster: Cluster) -> No
         time.sleep(BUSY_WAIT_S)
         assert cluster.state(grower).startswith("PENDING"), job.chain_file.read_text()
         assert not events(job.chain, "handoff")
+        # status says why the chain is on 2 nodes, and what it waits for.
+        proc = subprocess.run(
+            [HPCJOBS, "status", "--json", job.root],
+            env={**os.environ, **cluster.env}, capture_output=True, text=True, timeout=120,
+            check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        (row,) = json.loads(proc.stdout)["jobs"]
+        assert row["grower"]["job_id"] == grower and row["grower"]["state"] == "PENDING", row
         freed_at = time.time()
         cluster.cancel(busy[first[0]], busy[first[2]])
     finally:

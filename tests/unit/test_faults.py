@@ -204,16 +204,23 @@ def test_a_sites_own_signature_counts_too(tmp_path: Path) -> None:
 
 
 def _capture_function() -> tuple[str, str]:
-    """(name, text) of the shell function that copies a rank's output (tee), as a rendered
-    script defines it (plain bash, run in each rank)."""
+    """(name, text) of the shell function that copies a rank's output (it sends its stdout
+    and stderr through hpcjobs_tee), with the functions it calls, as a rendered script
+    defines them (plain bash, run in each rank)."""
     from hpcjobs.config.loader import load_site
     from hpcjobs.script.jobspec import parse_spec
     from hpcjobs.script.render import render_job
 
     script = render_job(parse_spec({"command": ["true"]}), load_site("sandbox")).script
-    (found,) = re.findall(r"(?ms)^(hpcjobs_\w+)\(\) \{\n(?:(?!^\}$).)*?tee -a.*?^\}$", script)
-    start = script.index(f"{found}() {{")
-    return found, script[start : script.index("\n}\n", start) + 3]
+
+    def body(name: str) -> str:
+        start = script.index(f"{name}() {{")
+        return script[start : script.index("\n}\n", start) + 3]
+
+    (found,) = re.findall(r"(?ms)^(hpcjobs_\w+)\(\) \{\n(?:(?!^\}$).)*?exec 2> >\(.*?^\}$", script)
+    called = sorted(set(re.findall(r"\b(hpcjobs_\w+) ", body(found))) - {found})
+    assert "hpcjobs_tee" in called
+    return found, "".join(body(name) for name in [*called, found])
 
 
 def test_a_rank_copies_its_output_unchanged(tmp_path: Path) -> None:

@@ -44,13 +44,16 @@ def test_env_points_at_the_site_up_wrote(tmp_path: Path) -> None:
     assert f"export HPCJOBS_SITE={layout.site_file}" in result.stdout.splitlines()
 
 
-def test_a_job_of_the_sandboxs_size_renders_against_its_site(tmp_path: Path) -> None:
-    """What `eval "$(hpcjobs sandbox env)"` leaves in the shell after `up --nodes 8
-    --gpus-per-node 8` takes a job of 8 nodes x 8 GPUs; the built-in site refuses it."""
+@pytest.mark.parametrize("nodes", [8, 128])
+def test_a_job_of_the_sandboxs_size_renders_against_its_site(tmp_path: Path, nodes: int) -> None:
+    """What `eval "$(hpcjobs sandbox env)"` leaves in the shell after `up --nodes N
+    --gpus-per-node 8` takes a job of N nodes x 8 GPUs (the docs show 8 and 128); the built-in
+    site refuses it."""
     layout = Layout(tmp_path)
     layout.etc.mkdir()
-    layout.site_file.write_text(site_text(Settings(nodes=8, gpus_per_node=8)))
-    argv = ["render", "-N", "8", "--ntasks-per-node", "8", "--gpus-per-node", "8", "--", "true"]
+    layout.site_file.write_text(site_text(Settings(nodes=nodes, gpus_per_node=8)))
+    argv = ["render", "-N", str(nodes), "--ntasks-per-node", "8", "--gpus-per-node", "8"]
+    argv += ["--", "true"]
     result = CliRunner().invoke(cli, argv, env=layout.shell_env())
     assert result.exit_code == 0, result.output
     refused = CliRunner().invoke(cli, argv, env={**layout.shell_env(), SITE_ENV: SANDBOX_SITE})

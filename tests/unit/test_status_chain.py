@@ -144,6 +144,57 @@ def test_status_runs_counts_the_chain_and_slurm_restarts(
     assert job["runs"] == 3 and job["chain_jobs"] == ["40", "42"]
 
 
+def _growing(tmp_path: Path) -> None:
+    """Chain 50 runs below its full size; its grower, job 53, waits for 3 nodes."""
+    _chain(
+        tmp_path,
+        "50",
+        _ev("50", "start"),
+        _ev(
+            "50",
+            "grower",
+            detail="grower job 53 for job 50",
+            grower="53",
+            grower_for="50",
+            size="3",
+        ),
+    )
+
+
+def test_status_says_why_a_chain_runs_below_its_full_size(
+    slurm: SlurmAndFiles, tmp_path: Path
+) -> None:
+    _growing(tmp_path)
+    rows = _line("50", "RUNNING", nodes="n1") + _line("53", "PENDING", "Resources")
+    slurm.add("squeue", ok(rows), ok(rows))
+    result = CliRunner().invoke(cli, ["status", "50"])
+    assert result.exit_code == 0, result.output
+    *table, note = result.stdout.splitlines()
+    assert [row.split()[0] for row in table[1:]] == ["50"]  # the grower only in the note
+    assert note == (
+        "job 50 runs below its full size; its grower job 53 waits for 3 nodes (PENDING: "
+        "Resources): Slurm cannot add nodes to a running GPU job, so the chain grows once 3 "
+        'nodes are free besides the 1 it holds (docs/requeue.md, "Growing back")'
+    )
+    # One query, for the job and its grower together.
+    (squeue,) = [call for call in slurm.calls if call[0] == "squeue"]
+    assert "50,53" in " ".join(squeue)
+    result = CliRunner().invoke(cli, ["status", "--json", "50"])
+    (job,) = json.loads(result.stdout)["jobs"]
+    assert job["grower"] == {"job_id": "53", "size": "3", "state": "PENDING", "reason": "Resources"}
+
+
+def test_a_grower_that_left_the_queue_is_neither_said_nor_unknown(
+    slurm: SlurmAndFiles, tmp_path: Path
+) -> None:
+    _growing(tmp_path)
+    slurm.add("squeue", ok(_line("50", "RUNNING", nodes="n1"))).add("sacct", ok(""))
+    result = CliRunner().invoke(cli, ["status", "--json", "50"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["unknown"] == [] and [job["grower"] for job in data["jobs"]] == [None]
+
+
 def test_status_of_plain_jobs_has_no_chain_columns(slurm: SlurmAndFiles) -> None:
     slurm.add("squeue", ok(_line("7", "RUNNING", nodes="n1")))
     result = CliRunner().invoke(cli, ["status", "7"])

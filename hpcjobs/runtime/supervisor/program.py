@@ -63,7 +63,8 @@ class Program:
         self.request_file = ""
         self.requested_at = 0.0
         self.request_killed = False
-        #: When the launcher of the current run exited (epoch seconds; 0: still running).
+        #: When the launcher of the current run exited, or :meth:`wait` stopped waiting for it
+        #: (epoch seconds; 0: still running).
         self.exited_at = 0.0
 
     def control(self, grace: float) -> StepControl:
