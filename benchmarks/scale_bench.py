@@ -142,9 +142,14 @@ PHASE_ROWS = tuple(
 )
 
 
-#: The split of each fault's detect and decide phases (tests/scale/phases.py, ``parts``).
+#: The split of each fault's detect and decide phases (tests/scale/phases.py, ``parts``); a
+#: stall's detection is the stall watch's (the timeout, the warning, its grace), not Slurm's
+#: teardown, so it is not split.
 PART_ROWS = tuple(
-    (f"{fault}_{part}_s", f"{label}: {part}, wall s") for fault, label in FAULTS for part in PARTS
+    (f"{fault}_{part}_s", f"{label}: {part}, wall s")
+    for fault, label in FAULTS
+    for part in PARTS
+    if fault != "stall" or part not in ("teardown", "classify")
 )
 
 

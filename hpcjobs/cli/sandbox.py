@@ -232,8 +232,9 @@ def _print_status(info: Status) -> None:
 def env(state_dir: Path | None, release: str | None, as_json: bool) -> None:
     """Print shell exports that point Slurm's commands and hpcjobs at the sandbox.
 
-    SLURM_CONF points Slurm's commands at the sandbox's slurm.conf; HPCJOBS_SITE=sandbox picks
-    the sandbox site config, so 'hpcjobs submit' needs no --site.
+    SLURM_CONF points Slurm's commands at the sandbox's slurm.conf; HPCJOBS_SITE at the
+    sandbox's own site config (<state dir>/etc/site.yaml: the built-in 'sandbox' site, sized by
+    'up' to the sandbox's nodes and GPUs), so 'hpcjobs submit' needs no --site.
 
     \b
     eval "$(hpcjobs sandbox env)"

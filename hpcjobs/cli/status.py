@@ -106,11 +106,12 @@ def status(
 def _apart(
     report: StatusReport, ids: list[str], growers: Mapping[str, tuple[str, str]]
 ) -> tuple[StatusReport, dict[str, dict[str, Any]]]:
-    """The report of the jobs asked for, without the growers asked along (a grower that left
-    the queue is not an unknown id); and each running job's waiting grower (its ``grower``
-    field: id, size, state, reason)."""
+    """The report of the jobs asked for, without the growers asked along while they wait in
+    the queue (one that runs is the chain's next job: it stays; one that left the queue is not
+    an unknown id); and each running job's waiting grower (its ``grower`` field: id, size,
+    state, reason)."""
     extra = {grower for grower, _ in growers.values() if grower not in ids}
-    jobs = [job for job in report.jobs if job.job_id not in extra]
+    jobs = [j for j in report.jobs if j.job_id not in extra or j.state not in GROWER_WAITS]
     unknown = [job_id for job_id in report.unknown if job_id not in extra]
     waiting: dict[str, dict[str, Any]] = {}
     for current, (grower, size) in growers.items():

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from hpcjobs.config import SANDBOX_SITE, SITE_ENV
+from hpcjobs.config import SITE_ENV
 from hpcjobs.config.problems import suggest
 from hpcjobs.errors import ConfigError
 from hpcjobs.resources import site_configs_dir
@@ -168,7 +168,7 @@ def select_site_for_host(hostname: str | None = None) -> Path:
         f"no site config matches this host ({', '.join(names)})",
         hint=f"pass --site NAME (see 'hpcjobs site list'), set {SITE_ENV}, or add a "
         f"'hostnames' pattern to your site config; for the local sandbox run "
-        f"'{SANDBOX_ENV_COMMAND}', which sets SLURM_CONF and {SITE_ENV}={SANDBOX_SITE}",
+        f"'{SANDBOX_ENV_COMMAND}', which sets SLURM_CONF and {SITE_ENV} (the sandbox's site)",
     )
 
 

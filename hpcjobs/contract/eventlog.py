@@ -40,7 +40,8 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     # the run that ended (job id, and that job's restart count when it ran). ``slurm_state``:
     # how Slurm recorded that run's end, when a standby logs it. ``checkpoint``/``progress``:
     # the newest complete checkpoint and the step reached (-1: none). ``took``: a run again
-    # inside the job, the seconds of each part of the decision (see RECOVERY_PARTS).
+    # inside the job after a fault, the seconds of each part of the decision (see
+    # RECOVERY_PARTS).
     "requeue": (
         "how",
         "next",
@@ -64,8 +65,8 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     # ``seen_by``: the node whose agent saw the job's batch host leave a job with spare nodes
     # (Slurm keeps such a job running without it), and ended the job for its standby.
     # ``exited``: when the run's launcher exited, or the supervisor stopped waiting for it
-    # after Slurm's SIGTERM (epoch seconds; null: unknown), the end of Slurm's part of the
-    # detection.
+    # after Slurm's SIGTERM (epoch seconds; null: unknown): after a crash or a lost node, the
+    # end of Slurm's part of the detection (after a stall, of the timeout, warning and grace).
     "fault": ("node", "stopped_job", "evidence", "seen_by", "exited"),
     # The nodes every later run leaves out (the whole list), those let go to stay within
     # ``limit``.

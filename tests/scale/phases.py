@@ -62,7 +62,8 @@ def boundaries(
 
 def parts(chain: Chain, fault_index: int, began: float) -> dict[str, float]:
     """The ``detect`` and ``decide`` phases of the chain's ``fault_index``-th fault, split:
-    ``teardown`` (the fault began to the run's launcher exiting: Slurm's part), ``classify``
+    ``teardown`` (the fault began to the run's launcher exiting: after a crash or a lost node,
+    Slurm's part; after a stall, the stall watch's timeout, warning and grace), ``classify``
     (to the ``fault`` event: hpcjobs'), and each part of the decision to run again inside the
     job (the ``requeue`` event's ``took``: :data:`RECOVERY_PARTS`). Those it cannot tell are
     left out."""

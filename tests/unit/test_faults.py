@@ -220,6 +220,11 @@ def _capture_function() -> tuple[str, str]:
     (found,) = re.findall(r"(?ms)^(hpcjobs_\w+)\(\) \{\n(?:(?!^\}$).)*?exec 2> >\(.*?^\}$", script)
     called = sorted(set(re.findall(r"\b(hpcjobs_\w+) ", body(found))) - {found})
     assert "hpcjobs_tee" in called
+    # Each rank is a `bash -c` of its own: it sees only the functions the script exports.
+    exported = {
+        name for names in re.findall(r"(?m)^export -f (.*)$", script) for name in names.split()
+    }
+    assert {found, *called} <= exported
     return found, "".join(body(name) for name in [*called, found])
 
 

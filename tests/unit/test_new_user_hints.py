@@ -81,7 +81,7 @@ def test_no_site_for_this_host_points_at_sandbox_env(
         select_site_for_host("laptop")
     hint = info.value.hint or ""
     assert SITE_ENV in hint
-    assert SANDBOX_ENV_COMMAND in hint and "HPCJOBS_SITE=sandbox" in hint
+    assert SANDBOX_ENV_COMMAND in hint and "HPCJOBS_SITE (the sandbox's site)" in hint
 
 
 def test_missing_slurm_conf_hint() -> None:

@@ -184,6 +184,16 @@ def test_status_says_why_a_chain_runs_below_its_full_size(
     assert job["grower"] == {"job_id": "53", "size": "3", "state": "PENDING", "reason": "Resources"}
 
 
+def test_a_grower_that_runs_is_the_chains_next_job_and_shown(
+    slurm: SlurmAndFiles, tmp_path: Path
+) -> None:
+    _growing(tmp_path)
+    slurm.add("squeue", ok(_line("50", "RUNNING", nodes="n1") + _line("53", "RUNNING", nodes="n2")))
+    result = CliRunner().invoke(cli, ["status", "50"])
+    assert result.exit_code == 0, result.output
+    assert [row.split()[0] for row in result.stdout.splitlines()[1:]] == ["50", "53"]
+
+
 def test_a_grower_that_left_the_queue_is_neither_said_nor_unknown(
     slurm: SlurmAndFiles, tmp_path: Path
 ) -> None:
