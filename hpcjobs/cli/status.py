@@ -15,14 +15,16 @@ from hpcjobs.cli.common import chains_for, slurm_access
 from hpcjobs.cli.options import host_option
 from hpcjobs.errors import EXIT_SLURM
 from hpcjobs.jobs.follow import Follower, PollSchedule
+from hpcjobs.runtime.supervisor.grow import WAITING as GROWER_STATES
 from hpcjobs.slurm.classify import UnknownJobError
 from hpcjobs.slurm.client import check_job_ids
 from hpcjobs.slurm.parse import format_duration
 from hpcjobs.slurm.statusquery import StatusReport, query_status, row_matches
 from hpcjobs.texttable import table
 
-#: A grower's Slurm states while it waits in the queue (once it runs, it takes over).
-GROWER_WAITS = ("PENDING", "CONFIGURING")
+#: A grower's Slurm states while it waits in the queue: those in which it may still take over
+#: (the supervisor's own list), but running (then it takes over).
+GROWER_WAITS = tuple(state for state in GROWER_STATES if state != "RUNNING")
 
 if TYPE_CHECKING:
     from hpcjobs.jobs.chain import ChainRef

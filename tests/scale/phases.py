@@ -43,10 +43,8 @@ def boundaries(
 ) -> list[float]:
     """The ends of the phases of the chain's ``fault_index``-th fault, which began at
     ``began``: [began, fault, decision, start, first step, every rank]."""
-    faults = [e for e in chain.events if e.event == "fault"]
-    fault = faults[fault_index]
+    fault, decision = _fault_and_decision(chain, fault_index)
     after = [e for e in chain.events if e.time >= fault.time]
-    decision = _first(after, "requeue")
     start = _first([e for e in after if e.time >= decision.time], "start")
     later = [e.time for e in after if e.event == "start" and e.time > start.time]
     until = min(later, default=float("inf"))  # the next run's reports are not this one's
@@ -67,14 +65,12 @@ def parts(chain: Chain, fault_index: int, began: float) -> dict[str, float]:
     (to the ``fault`` event: hpcjobs'), and each part of the decision to run again inside the
     job (the ``requeue`` event's ``took``: :data:`RECOVERY_PARTS`). Those it cannot tell are
     left out."""
-    faults = [e for e in chain.events if e.event == "fault"]
-    fault = faults[fault_index]
+    fault, decision = _fault_and_decision(chain, fault_index)
     found: dict[str, float] = {}
     exited = fault.data.get("exited")
     if isinstance(exited, (int, float)) and exited > 0:
         found["teardown"] = exited - began
         found["classify"] = fault.time - exited
-    decision = _first([e for e in chain.events if e.time >= fault.time], "requeue")
     took = decision.data.get("took")
     if isinstance(took, dict):
         for part in RECOVERY_PARTS:
@@ -87,6 +83,12 @@ def parts(chain: Chain, fault_index: int, began: float) -> dict[str, float]:
 def durations(ends: Sequence[float]) -> dict[str, float]:
     """Each phase's seconds, from :func:`boundaries`."""
     return {name: ends[i + 1] - ends[i] for i, name in enumerate(PHASES)}
+
+
+def _fault_and_decision(chain: Chain, fault_index: int) -> tuple[Event, Event]:
+    """The chain's ``fault_index``-th ``fault`` event, and the first ``requeue`` after it."""
+    fault = [e for e in chain.events if e.event == "fault"][fault_index]
+    return fault, _first([e for e in chain.events if e.time >= fault.time], "requeue")
 
 
 def _first(events: Sequence[Event], kind: str) -> Event:
