@@ -92,6 +92,13 @@ def sandbox() -> None:
     help="Seconds a preempted 'batch' job gets to checkpoint before it is killed (30).",
 )
 @click.option(
+    "--job-expansion/--no-job-expansion",
+    default=None,
+    help="Let Slurm add nodes to a running job (SchedulerParameters=permit_job_expansion; "
+    "off by default, as on most sites): an elastic job without GPUs then grows back in place "
+    '(docs/requeue.md, "Growing back").',
+)
+@click.option(
     "--bind",
     "binds",
     multiple=True,
@@ -106,6 +113,7 @@ def up(
     nodes: int | None,
     gpus_per_node: int | None,
     grace_time: int | None,
+    job_expansion: bool | None,
     binds: tuple[Path, ...],
 ) -> None:
     """Start the sandbox (idempotent) and wait until all nodes are idle.
@@ -124,6 +132,7 @@ def up(
             "nodes": nodes,
             "gpus_per_node": gpus_per_node,
             "grace_time": grace_time,
+            "job_expansion": job_expansion,
         }.items()
         if value is not None
     }

@@ -76,7 +76,7 @@ def status(
     growers = {
         ref.current: found for ref in chains.values() if (found := ref.waiting_grower()) is not None
     }
-    asked = [*ids, *(grower for grower, _ in growers.values() if grower not in ids)]
+    asked = [*ids, *(grower for grower, _, _ in growers.values() if grower not in ids)]
 
     def query() -> tuple[StatusReport, dict[str, dict[str, Any]]]:
         return _apart(query_status(client, asked or None, mine=mine), ids, growers)
@@ -106,17 +106,17 @@ def status(
 
 
 def _apart(
-    report: StatusReport, ids: list[str], growers: Mapping[str, tuple[str, str]]
+    report: StatusReport, ids: list[str], growers: Mapping[str, tuple[str, str, bool]]
 ) -> tuple[StatusReport, dict[str, dict[str, Any]]]:
     """The report of the jobs asked for, without the growers asked along while they wait in
     the queue (one that runs is the chain's next job: it stays; one that left the queue is not
     an unknown id); and each running job's waiting grower (its ``grower`` field: id, size,
-    state, reason)."""
-    extra = {grower for grower, _ in growers.values() if grower not in ids}
+    state, reason, and whether its nodes join the job)."""
+    extra = {grower for grower, _, _ in growers.values() if grower not in ids}
     jobs = [j for j in report.jobs if j.job_id not in extra or j.state not in GROWER_WAITS]
     unknown = [job_id for job_id in report.unknown if job_id not in extra]
     waiting: dict[str, dict[str, Any]] = {}
-    for current, (grower, size) in growers.items():
+    for current, (grower, size, joins) in growers.items():
         runs = any(j.job_id == current and j.state == "RUNNING" for j in report.jobs)
         row = next((j for j in report.jobs if j.job_id == grower), None)
         if runs and row is not None and row.state in GROWER_WAITS:
@@ -125,6 +125,7 @@ def _apart(
                 "size": size,
                 "state": row.state,
                 "reason": row.reason,
+                "joins": joins,
             }
     return StatusReport(jobs, unknown, report.accounting), waiting
 
@@ -135,9 +136,16 @@ def grower_note(job: JobStatus, grower: Mapping[str, Any]) -> str:
     needs = size.split("-")[0]
     why = f"{grower['state']}: {grower['reason']}" if grower["reason"] else grower["state"]
     besides = f" besides the {held} it holds" if held else ""
+    if grower.get("joins"):
+        return (
+            f"job {job.job_id} runs below its full size; its grower job {grower['job_id']} "
+            f"waits for {size or 'more'} more nodes ({why}), which join the job once Slurm "
+            'grants them (job expansion; docs/requeue.md, "Growing back")'
+        )
     return (
         f"job {job.job_id} runs below its full size; its grower job {grower['job_id']} waits "
-        f"for {size or 'more'} nodes ({why}): Slurm cannot add nodes to a running GPU job, so "
+        f"for {size or 'more'} nodes ({why}): Slurm adds no nodes to this running job (it holds "
+        "GPUs, or the site does not permit job expansion), so "
         f"the chain grows once {needs or 'that many'} nodes are free{besides} "
         '(docs/requeue.md, "Growing back")'
     )

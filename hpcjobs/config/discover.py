@@ -182,6 +182,7 @@ def _write_slurm(w: Any, snapshot: ClusterSnapshot, default: dict[str, Any]) -> 
     if snapshot.facts.preempt_mode:
         w(f"  preempt_mode: {_y(snapshot.facts.preempt_mode)}")
     w(f"  preempt_send_user_signal: {_y(snapshot.facts.send_user_signal)}")
+    w(f"  job_expansion: {_y(snapshot.facts.job_expansion)}")
     w("")
 
 

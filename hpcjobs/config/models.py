@@ -184,6 +184,10 @@ class SlurmDefaults(_Model):
     max_array_size: PositiveInt | None = None
     preempt_mode: SafeStr | None = None
     preempt_send_user_signal: bool | None = None
+    #: Whether Slurm may add nodes to a running job (``SchedulerParameters=
+    #: permit_job_expansion``): an elastic job that holds no GPUs grows back in place. None:
+    #: the job asks the controller (docs/requeue.md, "Growing back").
+    job_expansion: bool | None = None
 
 
 class Defaults(_Model):

@@ -41,7 +41,8 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     # how Slurm recorded that run's end, when a standby logs it. ``checkpoint``/``progress``:
     # the newest complete checkpoint and the step reached (-1: none). ``took``: a run again
     # inside the job after a fault, the seconds of each part of the decision (see
-    # RECOVERY_PARTS).
+    # RECOVERY_PARTS). ``joined``: a run again inside the job after it grew in place (cause
+    # grow), the nodes that joined the job ([]: Slurm refused them).
     "requeue": (
         "how",
         "next",
@@ -51,6 +52,7 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
         "checkpoint",
         "progress",
         "took",
+        "joined",
     ),
     # The chain is over; ``cause`` is finish or fail, ``detail`` says why. ``rule``: why a
     # run that exited 0 was finished (or not); ``repeated``: a restart storm stopped it, what
@@ -87,8 +89,10 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     # the run's ``checkpoint`` and ``progress`` as for requeue).
     "handoff": ("next", "nodes", "checkpoint", "progress"),
     # A run below its full size (an elastic size) submitted its grower: job ``grower`` waits
-    # in the queue for ``size`` nodes (sbatch --nodes), and takes over once Slurm runs it.
-    "grower": ("grower", "grower_for", "size"),
+    # in the queue for ``size`` nodes (sbatch --nodes), and takes over once Slurm runs it; or,
+    # with ``joins`` true, a helper allocation waits for ``size`` more nodes, which join the
+    # running job once Slurm grants them (job expansion).
+    "grower": ("grower", "grower_for", "size", "joins"),
 }
 
 #: How a ``requeue`` went on: the run continued as a new job (or its standby); its standby took

@@ -83,6 +83,11 @@ class Slurm:
         total = field(info, "TotalNodes")
         return int(total) if total.isdecimal() else None
 
+    def partition_hosts(self, partition: str) -> list[str]:
+        """The nodes of ``partition``, in Slurm's order ([] when unknown)."""
+        info = self.run(["scontrol", "show", "partition", partition, "-o"]).out
+        return self.hostnames(field(info, "Nodes"))
+
     def acct_state(self, job: str) -> str:
         """``job``'s final state in accounting (its newest run), or ""."""
         out = self.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"], timeout=10).out
@@ -139,6 +144,33 @@ class Slurm:
         scontrol runs in: ``folder``, which the caller removes."""
         argv = ["scontrol", "update", "jobid=" + job, "NodeList=" + ",".join(nodes)]
         return self.run(argv, cwd=folder).rc == 0
+
+    def join(self, helper: str, job: str, folder: str) -> bool:
+        """Give the nodes of ``helper`` (an allocation submitted ``--dependency=expand:<job>``)
+        to ``job`` (job expansion). As :meth:`shrink`, Slurm writes the job's resize script in
+        ``folder``."""
+        if self.run(["scontrol", "update", "jobid=" + helper, "NumNodes=0"], retry=False).rc:
+            return False
+        return self.run(["scontrol", "update", "jobid=" + job, "NumNodes=ALL"], cwd=folder).rc == 0
+
+    def config(self) -> str:
+        """``scontrol show config`` ("" when it fails)."""
+        result = self.run(["scontrol", "show", "config"])
+        return result.out if result.rc == 0 else ""
+
+    def allocate(
+        self, argv: Sequence[str], cwd: str, env: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        """Start ``salloc`` with ``argv`` in the background (it waits until Slurm grants the
+        allocation); its messages come on stderr. Raises OSError when it cannot start."""
+        return subprocess.Popen(
+            ["salloc", *list(argv)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+        )
 
     def requeue(self, job: str) -> bool:
         return self.run(["scontrol", "requeue", job]).rc == 0

@@ -25,3 +25,14 @@ def line_value(info: str, key: str) -> str:
         if stripped.startswith(key + "=") and line[:1].isspace():
             return stripped[len(key) + 1 :]
     return ""
+
+
+#: The ``SchedulerParameters`` option that lets Slurm add nodes to a running job (job
+#: expansion: a job submitted ``--dependency=expand:<job>`` gives its nodes to ``<job>``).
+JOB_EXPANSION = "permit_job_expansion"
+
+
+def options(value: str) -> set[str]:
+    """The options of a comma-separated Slurm setting (``SchedulerParameters=a,b=1``), lower
+    case, each with its value (``b=1``)."""
+    return {item.strip().lower() for item in value.split(",") if item.strip()}

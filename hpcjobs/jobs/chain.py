@@ -212,19 +212,18 @@ class ChainRef:
         ids = self.chain.job_ids
         return ids[-1] if ids else self.root
 
-    def waiting_grower(self) -> tuple[str, str] | None:
+    def waiting_grower(self) -> tuple[str, str, bool] | None:
         """The grower the current job's newest run submitted and that has not taken over: its
-        id and the nodes it asks for (``3``, ``3-4``; "" when the log does not say); None when
-        there is none (docs/requeue.md, "Growing back")."""
+        id, the nodes it asks for (``3``, ``3-4``; "" when the log does not say) and whether
+        they join the running job (job expansion); None when there is none (docs/requeue.md,
+        "Growing back")."""
         grower = self.chain.grower_for(self.current)
         if not grower or self.chain.continued_as(grower):
             return None
-        sizes = [
-            e.text("size")
-            for e in self.chain.events
-            if e.event == "grower" and e.text("grower") == grower
-        ]
-        return grower, (sizes[-1] if sizes else "")
+        found = [e for e in self.chain.events if e.event == "grower" and e.text("grower") == grower]
+        if not found:
+            return grower, "", False
+        return grower, found[-1].text("size"), found[-1].data.get("joins") is True
 
 
 def chain_path(output_dir: str, root: str) -> str:

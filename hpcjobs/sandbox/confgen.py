@@ -7,6 +7,7 @@ them: how preemption is told to send the user's signal (see :func:`preempt_signa
 
 from __future__ import annotations
 
+from hpcjobs.contract.slurmtext import JOB_EXPANSION
 from hpcjobs.sandbox.layout import CLUSTER_NAME, GPU_TYPE, Layout, Settings
 
 
@@ -96,6 +97,7 @@ def slurm_conf(
         "MpiDefault=none",
         "SwitchType=switch/none",
         "SchedulerType=sched/backfill",
+        *([f"SchedulerParameters={JOB_EXPANSION}"] if settings.job_expansion else []),
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "GresTypes=gpu",

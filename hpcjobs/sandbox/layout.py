@@ -48,6 +48,9 @@ class Settings:
     grace_time: int = 30
     slurmd_timeout: int = 10
     kill_wait: int = 10
+    #: Whether Slurm may add nodes to a running job (``SchedulerParameters=
+    #: permit_job_expansion``): an elastic job that holds no GPUs then grows in place.
+    job_expansion: bool = False
 
     def __post_init__(self) -> None:
         if not 1024 <= self.port_base <= 65000:

@@ -354,6 +354,7 @@ def _policy(job: JobSpec, site: SiteConfig, signals: list[str], continuation: li
         spare_nodes=job.spare_nodes or 0,
         min_nodes=job.min_nodes or 0,
         node_multiple=job.node_multiple or 1,
+        job_expansion=site.slurm.job_expansion,
     )
     return dump(policy)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from hpcjobs.contract.slurmtext import JOB_EXPANSION, options
 from hpcjobs.textlines import split_lines
 
 _LEADING_INT = re.compile(r"^\s*(\d+)")
@@ -77,6 +78,7 @@ class ClusterFacts:
     preempt_type: str | None = None
     preempt_mode: str | None = None
     send_user_signal: bool = False
+    job_expansion: bool = False
 
 
 def parse_gres(text: str) -> list[Gres]:
@@ -206,13 +208,10 @@ def parse_cluster_facts(config: dict[str, str]) -> ClusterFacts:
         max_array_size=_int(max_array) or None,
         preempt_type=config.get("PreemptType") or None,
         preempt_mode=config.get("PreemptMode") or None,
-        send_user_signal="preempt_send_user_signal" in _options(ctld)
-        or "send_user_signal" in _options(preempt_params),
+        send_user_signal="preempt_send_user_signal" in options(ctld)
+        or "send_user_signal" in options(preempt_params),
+        job_expansion=JOB_EXPANSION in options(config.get("SchedulerParameters", "")),
     )
-
-
-def _options(value: str) -> set[str]:
-    return {item.strip().lower() for item in value.split(",") if item.strip()}
 
 
 def _split_top_level(text: str) -> list[str]:

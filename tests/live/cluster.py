@@ -92,14 +92,15 @@ class Cluster:
         self.jobs.append(job_id)
         return job_id
 
-    def fill_as_other_user(self, nodes: list[str], gpus: int) -> list[str]:
+    def fill_as_other_user(self, nodes: list[str], gpus: int, cpus: int = 0) -> list[str]:
         """Make the cluster busy: on each of ``nodes``, a job of the sandbox's second user
-        that holds ``gpus`` GPUs (not requeued: a node failure ends it). Their ids, once they
-        run; cancel them with :meth:`cancel`."""
+        that holds ``gpus`` GPUs (or, with ``cpus``, that many CPUs and no GPU; not requeued:
+        a node failure ends it). Their ids, once they run; cancel them with :meth:`cancel`."""
         ids = []
+        holds = f"--cpus-per-task={cpus}" if cpus else f"--gres=gpu:{gpus}"
         for node in nodes:
             proc = subprocess.run(
-                ["sbatch", "--parsable", "-N", "1", "-w", node, f"--gres=gpu:{gpus}",
+                ["sbatch", "--parsable", "-N", "1", "-w", node, holds,
                  "--no-requeue", "-t", "10", "-J", "busy", "-o", "/dev/null",
                  "--wrap", "sleep 600"],
                 user=OTHER_USER,

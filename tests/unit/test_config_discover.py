@@ -75,6 +75,15 @@ def test_cluster_facts(version: str) -> None:
     assert facts.preempt_type == "preempt/partition_prio"
     assert facts.version is not None and facts.version.startswith(version)
     assert facts.max_array_size in (1001, 10001)
+    assert facts.job_expansion is False  # the recorded clusters do not permit it
+
+
+def test_cluster_facts_say_whether_jobs_may_expand() -> None:
+    from hpcjobs.slurm.clusterinfo import parse_cluster_facts
+
+    facts = parse_cluster_facts({"SchedulerParameters": "bf_continue,permit_job_expansion"})
+    assert facts.job_expansion is True
+    assert parse_cluster_facts({"SchedulerParameters": "(null)"}).job_expansion is False
 
 
 def test_scontrol_config_ignores_section_headers() -> None:

@@ -4,6 +4,8 @@ With a fake Slurm (tests/live/test_spares.py runs the same path on a real one)."
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -189,6 +191,109 @@ def test_a_grower_that_gave_up_or_left_the_queue_is_replaced(
     _wait(lambda: sup.growth.grower not in ("", second))
     assert len(slurm.submitted) == 3 and child.signals == []
     sup.growth.close_watch(FINISH)  # a run that ends gets no new grower
+
+
+# ---- growing in place (job expansion) -----------------------------------------------------
+
+
+class InPlaceSlurm(GrowSlurm):
+    """As :class:`GrowSlurm`, on a site that permits job expansion: salloc is a stand-in that
+    says it waits, and is granted once ``grant`` exists; the merge writes the resize script."""
+
+    def __init__(self, grant: Path) -> None:
+        super().__init__()
+        self.grant = grant
+        self.allocated: list[list[str]] = []
+        self.joined: list[tuple[str, str]] = []
+
+    def config(self) -> str:
+        return "SchedulerParameters     = bf_continue,permit_job_expansion\n"
+
+    def allocate(
+        self, argv: Sequence[str], cwd: str, env: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        self.allocated.append(list(argv))
+        script = (
+            "import os, sys, time\n"
+            "sys.stderr.write('salloc: Pending job allocation 400\\n'); sys.stderr.flush()\n"
+            f"while not os.path.exists({str(self.grant)!r}): time.sleep(0.01)\n"
+            "sys.stderr.write('salloc: Granted job allocation 400\\n')\n"
+        )
+        return subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+
+    def join(self, helper: str, job: str, folder: str) -> bool:
+        self.joined.append((helper, job))
+        self.jobs[job]["NodeList"] = "n1,n3,n4"
+        Path(folder, f"slurm_job_{job}_resize.sh").write_text(
+            'export SLURM_JOB_NODELIST="n[1,3-4]"\nexport SLURM_JOB_CPUS_PER_NODE="8(x3)"\n'
+        )
+        return True
+
+    def partition_hosts(self, partition: str) -> list[str]:
+        return ["n1", "n2", "n3", "n4"]
+
+
+def test_a_job_that_may_grow_in_place_asks_only_for_the_missing_node_and_takes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(grow, "POLL_S", 0.01)
+    slurm = InPlaceSlurm(tmp_path / "granted")
+    sup = _shrunk(tmp_path, slurm)
+    child = Child()
+    sup.program.child = child  # type: ignore[assignment]
+    sup.growth.submit()
+    # One node, to join job 300; not on the job's own nodes; no sbatch.
+    ((argv),) = slurm.allocated
+    assert argv[:4] == ["--no-shell", "--dependency=expand:300", "--nodes=1", "--time=60"]
+    assert argv[-1] == "--exclude=n1,n3" and not slurm.submitted
+    (grower,) = _events(tmp_path, "grower")
+    assert (grower.text("grower"), grower.text("size"), grower.data["joins"]) == ("400", "1", True)
+    time.sleep(0.1)
+    assert sup.state.signal == ""  # it waits: the run goes on
+    (tmp_path / "granted").touch()
+    _wait(lambda: sup.state.signal == "warning")
+    assert sup.state.signal == "warning"
+    sup.growth.watch.close()  # type: ignore[union-attr]
+    slurm.jobs["400"] = {"JobState": "RUNNING", "NodeList": "n4"}
+    # The program checkpointed and exited: n4 joins, and the chain runs again in the job.
+    assert sup.growth.hand_over() == "again"
+    assert slurm.joined == [("400", "300")] and "cancel 400" in slurm.calls
+    (requeue,) = [e for e in _events(tmp_path, "requeue") if e.cause == "grow"]
+    assert requeue.text("how") == "in_job" and requeue.names("joined") == ["n4"]
+    assert sup.ctx.run_nodes == ["n1", "n3", "n4"]
+    assert sup.ctx.env["SLURM_JOB_NUM_NODES"] == "3"
+    assert sup.ctx.env["SLURM_JOB_CPUS_PER_NODE"] == "8(x3)"
+    assert not _events(tmp_path, "handoff") and sup.growth.grower == ""
+
+
+def test_a_gpu_job_moves_even_where_expansion_is_permitted(tmp_path: Path) -> None:
+    slurm = InPlaceSlurm(tmp_path / "granted")
+    slurm.jobs["300"]["TRES"] = "cpu=2,node=2,gres/gpu=2"
+    sup = _shrunk(tmp_path, slurm)
+    sup.growth.submit()
+    assert not slurm.allocated and len(slurm.submitted) == 1
+    (grower,) = _events(tmp_path, "grower")
+    assert grower.data["joins"] is False and grower.text("size") == "3"
+    assert "holds GPUs" in sup.growth.expansion_refused()
+    sup.growth.drop()
+
+
+def test_a_node_ordered_before_the_batch_host_never_joins(tmp_path: Path) -> None:
+    """Slurm takes a job's first node for its batch host: the batch host (n3 here) must stay
+    first, so the helper leaves out n1 and n2, and a node Slurm still merged ahead of it leaves
+    the job again at once."""
+    slurm = InPlaceSlurm(tmp_path / "granted")
+    sup = _shrunk(tmp_path, slurm)
+    sup.ctx.batch = "n3"
+    assert sup.nodes.ahead_of_batch_host() == ["n1", "n2"]
+    slurm.jobs["300"]["NodeList"] = "n3,n4"
+    sup.ctx.allocation = ["n3", "n4"]
+    slurm.join = lambda helper, job, folder: True  # type: ignore[method-assign]
+    slurm.jobs["300"]["NodeList"] = "n2,n3,n4"  # Slurm merged n2, ahead of n3
+    assert sup.nodes.join("400") == []
+    assert slurm.shrunk[-1] == ["n3", "n4"]
 
 
 # ---- the grower ---------------------------------------------------------------------------

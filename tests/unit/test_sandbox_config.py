@@ -30,6 +30,14 @@ def test_slurm_conf_has_preemption_and_gpus(tmp_path: Path) -> None:
     for i in (1, 2, 3):
         assert f"NodeName=n{i} NodeAddr=127.0.0.1 Port={16810 + 10 + i}" in text
     assert text.count("Gres=gpu:h100:4") == 3
+    assert "SchedulerParameters" not in text  # no job expansion unless asked for
+
+
+def test_a_sandbox_may_permit_job_expansion(tmp_path: Path) -> None:
+    text = confgen.slurm_conf(Settings(job_expansion=True), Layout(tmp_path), "myhost")
+    assert "SchedulerParameters=permit_job_expansion" in text.splitlines()
+    old = Settings.from_json('{"port_base": 16810, "nodes": 3}')  # saved before the setting
+    assert old.job_expansion is False
     assert "6817" not in text
 
 

@@ -93,6 +93,13 @@ class FakeSlurm:
         self.next_id += 1
         return Result(0, f"{self.next_id}\n", "")
 
+    def config(self) -> str:
+        """``scontrol show config``: no job expansion unless a test says so."""
+        return "SchedulerParameters     = (null)\n"
+
+    def partition_hosts(self, partition: str) -> list[str]:
+        return self.hostnames("n[1-3]")
+
 
 def _supervisor(
     tmp_path: Path, slurm: FakeSlurm, clock: FakeClock, job: str = "301", **env: str

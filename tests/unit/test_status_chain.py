@@ -144,8 +144,9 @@ def test_status_runs_counts_the_chain_and_slurm_restarts(
     assert job["runs"] == 3 and job["chain_jobs"] == ["40", "42"]
 
 
-def _growing(tmp_path: Path) -> None:
-    """Chain 50 runs below its full size; its grower, job 53, waits for 3 nodes."""
+def _growing(tmp_path: Path, joins: bool = False) -> None:
+    """Chain 50 runs below its full size; its grower, job 53, waits for 3 nodes (``joins``: a
+    helper allocation for 1 more node, which joins the job)."""
     _chain(
         tmp_path,
         "50",
@@ -156,7 +157,8 @@ def _growing(tmp_path: Path) -> None:
             detail="grower job 53 for job 50",
             grower="53",
             grower_for="50",
-            size="3",
+            size="1" if joins else "3",
+            joins=joins,
         ),
     )
 
@@ -173,15 +175,33 @@ def test_status_says_why_a_chain_runs_below_its_full_size(
     assert [row.split()[0] for row in table[1:]] == ["50"]  # the grower only in the note
     assert note == (
         "job 50 runs below its full size; its grower job 53 waits for 3 nodes (PENDING: "
-        "Resources): Slurm cannot add nodes to a running GPU job, so the chain grows once 3 "
-        'nodes are free besides the 1 it holds (docs/requeue.md, "Growing back")'
+        "Resources): Slurm adds no nodes to this running job (it holds GPUs, or the site does "
+        "not permit job expansion), so the chain grows once 3 nodes are free besides the 1 it "
+        'holds (docs/requeue.md, "Growing back")'
     )
     # One query, for the job and its grower together.
     (squeue,) = [call for call in slurm.calls if call[0] == "squeue"]
     assert "50,53" in " ".join(squeue)
     result = CliRunner().invoke(cli, ["status", "--json", "50"])
     (job,) = json.loads(result.stdout)["jobs"]
-    assert job["grower"] == {"job_id": "53", "size": "3", "state": "PENDING", "reason": "Resources"}
+    assert job["grower"] == {
+        "job_id": "53", "size": "3", "state": "PENDING", "reason": "Resources", "joins": False,
+    }  # fmt: skip
+
+
+def test_status_says_a_chain_waits_for_nodes_to_join_it(
+    slurm: SlurmAndFiles, tmp_path: Path
+) -> None:
+    _growing(tmp_path, joins=True)
+    rows = _line("50", "RUNNING", nodes="n1") + _line("53", "PENDING", "Resources")
+    slurm.add("squeue", ok(rows))
+    result = CliRunner().invoke(cli, ["status", "50"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == (
+        "job 50 runs below its full size; its grower job 53 waits for 1 more nodes (PENDING: "
+        "Resources), which join the job once Slurm grants them (job expansion; "
+        'docs/requeue.md, "Growing back")'
+    )
 
 
 def test_a_grower_that_runs_is_the_chains_next_job_and_shown(

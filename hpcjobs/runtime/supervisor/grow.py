@@ -2,15 +2,16 @@
 the chain that asks for more nodes than the run has (docs/requeue.md, "Growing back").
 
 Slurm cannot add nodes to a running job that holds GPUs (job expansion refuses a job with
-allocated GRES, measured on 22.05), so the chain grows by moving: when Slurm starts the grower
-and it holds more usable nodes than the run, it says so (a marker in the output folder,
+allocated GRES, measured on 22.05), so such a chain grows by moving: when Slurm starts the
+grower and it holds more usable nodes than the run, it says so (a marker in the output folder,
 :func:`.names.grow_ready`); the run claims the move (one atomic mkdir, which a grower that gives
 up claims instead), gets the warning signal (the program checkpoints and exits, as before a
-time limit), hands over, and the grower runs from that checkpoint.
+time limit), hands over, and the grower runs from that checkpoint. A job that can grow in place
+(:mod:`.expansion`) makes way the same way once its helper allocation is granted.
 
-:class:`GrowWatch` looks for the marker once every :data:`POLL_S` seconds (one stat on the
-shared file system), and once a minute asks Slurm whether the grower is still there, from a
-thread, while the run goes on.
+:class:`GrowWatch` looks for the marker (or the grant) once every :data:`POLL_S` seconds (one
+stat on the shared file system), and once a minute asks Slurm whether the grower is still
+there, from a thread, while the run goes on.
 """
 
 from __future__ import annotations

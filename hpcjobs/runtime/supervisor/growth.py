@@ -2,13 +2,16 @@
 keeps a grower, a pending job of the chain that asks for more nodes; once Slurm runs it, the
 run makes way (:class:`.grow.GrowWatch`) and hands over, or, when the grower is gone, runs
 again inside its own job. The grower's side waits for that handover
-(:meth:`Growth.wait_for_handover`)."""
+(:meth:`Growth.wait_for_handover`). Where Slurm permits job expansion and the job holds no GRES,
+the grower is a helper allocation for the missing nodes only, which joins the job
+(:mod:`.expansion`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from hpcjobs.contract import names
@@ -17,9 +20,11 @@ from hpcjobs.contract.causes import (
 )
 from hpcjobs.contract.eventlog import IN_JOB
 
-from . import decide
+from . import decide, expansion
 from .context import RunContext, private_mkdir
+from .expansion import Helper
 from .grow import GrowerLink, GrowWatch
+from .successor import successor_env
 
 if TYPE_CHECKING:
     from .supervise import Supervisor
@@ -38,8 +43,23 @@ class Growth:
         self.run = run
         self.ctx: RunContext = run.ctx
         self.grower = ""
+        #: The grower's salloc when it is a helper allocation that joins this job.
+        self.helper: Helper | None = None
         self.watch: GrowWatch | None = None
         self.lock = threading.Lock()
+        #: Why this job cannot grow in place ("" it can; None: not asked yet).
+        self._no_expansion: str | None = None
+
+    def expansion_refused(self) -> str:
+        """Why this job's runs cannot grow in place ("" when they can): asked once per job
+        (the site config, the job's GRES, the controller's SchedulerParameters)."""
+        if self._no_expansion is None:
+            site = self.ctx.policy.job_expansion
+            config = self.ctx.slurm.config() if site is None else ""
+            self._no_expansion = expansion.why_not(
+                site, config, self.ctx.slurm.show_job(self.ctx.job)
+            )
+        return self._no_expansion
 
     def close_watch(self, phase: str) -> GrowWatch | None:
         """The run enters ``phase`` (finish, end): no grower comes from the watch's thread any
@@ -89,50 +109,99 @@ class Growth:
                     limit=limit,
                 )
                 self.ctx.log(f"no longer excluding {' '.join(released)}: a larger run needs them")
-        try:
-            new = self.run.continuation.submit_next(
-                "", nodes=size, grow_for=self.ctx.self_id, excluded=excluded
-            )
-        except RuntimeError as exc:
-            self.ctx.log(f"could not submit a grower job ({exc}); this job stays at {run} nodes")
-            return
+        helper: Helper | None = None
+        if not self.expansion_refused():
+            size = f"{low - run}-{high - run}" if low < high else str(high - run)
+            try:
+                helper = self.start_helper(size, excluded)
+            except RuntimeError as exc:
+                self._no_expansion = f"Slurm refused the helper allocation ({exc})"
+                self.ctx.log(f"could not ask Slurm for nodes to join this job ({exc}); moving")
+                size = f"{low}-{high}" if low < high else str(high)
+        if helper is not None:
+            new = helper.job
+        else:
+            try:
+                new = self.run.continuation.submit_next(
+                    "", nodes=size, grow_for=self.ctx.self_id, excluded=excluded
+                )
+            except RuntimeError as exc:
+                self.ctx.log(
+                    f"could not submit a grower job ({exc}); this job stays at {run} nodes"
+                )
+                return
+        joins = helper is not None
         self.ctx.event(
             "grower",
             "-",
-            f"grower job {new} for job {self.ctx.self_id} waits for {size} nodes",
+            f"grower job {new} for job {self.ctx.self_id} waits for {size} nodes"
+            + (" to join it" if joins else ""),
             grower=new,
             grower_for=self.ctx.self_id,
             size=size,
+            joins=joins,
         )
+        how = " more, to join this job" if joins else f" beside it ({self.expansion_refused()})"
         self.ctx.log(
-            f"running on {run} of {self.ctx.policy.nodes} nodes; job {new} waits for {size}"
+            f"running on {run} of {self.ctx.policy.nodes} nodes; job {new} waits for {size}{how}"
         )
         with self.lock:
             keep = not self.ctx.state.ending and not self.run.ending.being_cancelled()
             if keep:
-                self.grower = new
+                self.grower, self.helper = new, helper
                 self.start_watch()
         if not keep:
             self.cancel_job(new)
+            if helper is not None:
+                helper.stop()
+
+    def start_helper(self, size: str, excluded: Sequence[str]) -> Helper:
+        """Ask Slurm for ``size`` more nodes for this job: a helper allocation that waits in
+        the queue (:mod:`.expansion`), on none of ``excluded``, of the job's own nodes (a job
+        that shares its nodes would get more of one of them), nor of the nodes Slurm orders
+        before its batch host (:meth:`.nodes.Nodes.ahead_of_batch_host`). Raises RuntimeError
+        with salloc's message."""
+        mine = [node for node in self.ctx.allocation if node not in excluded]
+        mine += [node for node in self.run.nodes.ahead_of_batch_host() if node not in mine]
+        left = self.ctx.time_left()
+        minutes = (left // 60) if left is not None else 0
+        argv = expansion.helper_args(
+            self.ctx.policy.sbatch_args, self.ctx.job, size, [*excluded, *mine], minutes or 1
+        )
+        if left is None:
+            argv = [a for a in argv if not a.startswith(("--time=", "--time-min=", "--deadline="))]
+        env = successor_env(self.ctx.env, self.ctx.root or self.ctx.self_id, "")
+        cwd = self.ctx.env.get("SLURM_SUBMIT_DIR") or self.ctx.output_dir
+        try:
+            proc = self.ctx.slurm.allocate(argv, cwd, env)
+        except OSError as exc:
+            raise RuntimeError(f"salloc: {exc}") from exc
+        return Helper.start(proc)
 
     def start_watch(self) -> None:
         """Watch this run's grower while the run goes on (:class:`.grow.GrowWatch`)."""
         self.watch = None
         if not self.grower or self.run.program.child is None:
             return
-        grower = self.grower
+        grower, helper = self.grower, self.helper
         marker = os.path.join(self.ctx.output_dir, names.grow_ready(grower))
 
+        def ready() -> bool:
+            return helper.granted() if helper is not None else os.path.isdir(marker)
+
         def claim() -> bool:
-            # Not while the run is being ended (a cancel, a warning): it ends as it would.
-            return not self.ctx.state.signal and self.ctx.claim(grower)
+            # Not while the run is being ended (a cancel, a warning): it ends as it would. A
+            # helper allocation has no supervisor that could give up: nothing to claim.
+            if self.ctx.state.signal:
+                return False
+            return helper is not None or self.ctx.claim(grower)
 
         def warn() -> None:
             # The run ends on the warning signal, not by itself (a SIGTERM seen since stays).
             self.ctx.state.mark_warning()
 
         link = GrowerLink(
-            lambda: os.path.isdir(marker),
+            ready,
             claim,
             lambda: self.ctx.queue_state(grower),
             warn,
@@ -149,6 +218,10 @@ class Growth:
             if self.ctx.state.ending:
                 return
             gone, self.grower = self.grower, ""
+            helper, self.helper = self.helper, None
+        if helper is not None:  # it may hold its nodes still (the run did not make way)
+            helper.stop()
+            self.cancel_job(gone)
         self.ctx.log(f"the grower job {gone} ended without taking over")
         self.submit()
 
@@ -156,7 +229,9 @@ class Growth:
         """The chain does not go on in this run's grower: it goes."""
         if self.grower:
             self.cancel_job(self.grower)
-        self.grower = ""
+        if self.helper is not None:
+            self.helper.stop()
+        self.grower, self.helper = "", None
 
     def cancel_job(self, job: str) -> None:
         """Cancel grower ``job`` (the job's log says so when Slurm refuses)."""
@@ -173,6 +248,8 @@ class Growth:
         info = self.ctx.slurm.show_job(self.ctx.job)
         if self.run.ending.being_cancelled(info) or self.run.ending.requeued_by_slurm(info):
             return "decide"
+        if self.helper is not None:
+            return self.join()
         state = self.ctx.queue_state(grower)
         if not state:  # once may be a failed ask
             self.ctx.sleep(1)
@@ -209,6 +286,33 @@ class Growth:
         self.grower = ""
         self.run.standby.cancel()  # the grower submits its own
         self.run.continuation.no_slurm_requeue()
+        return "handed"
+
+    def join(self) -> str:
+        """This run made way for its helper allocation: its nodes join the job, and the chain
+        runs again inside it, on the larger set ("again"); when Slurm refused, on the nodes it
+        had, and later growers move instead of joining. "handed" when too little time is left
+        and the chain continues in another job."""
+        helper, self.grower, self.helper = self.grower, "", None
+        self.run.agents.stop()
+        joined = self.run.nodes.join(helper)
+        if not joined:
+            self._no_expansion = f"Slurm did not add the nodes of job {helper} to this job"
+        if not self.ctx.time_short() and self.run.nodes.take():
+            nodes = ",".join(self.ctx.run_nodes)
+            how = f"{','.join(joined)} joined from job {helper}" if joined else "none joined"
+            self.ctx.event(
+                "requeue",
+                GROW,
+                f"continued in job {self.ctx.self_id} on {nodes} ({how})",
+                how=IN_JOB,
+                joined=joined,
+                stopped_run=self.ctx.restart,
+                **self.ctx.position(),
+            )
+            self.ctx.log(f"running again in this job on {nodes}, from the last checkpoint")
+            return "again"
+        self.run.continuation.continue_chain(GROW)
         return "handed"
 
     def wait_for_handover(self) -> int | None:

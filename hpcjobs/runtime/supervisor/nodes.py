@@ -157,6 +157,38 @@ class Nodes:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
+    def join(self, helper: str) -> list[str]:
+        """Job expansion: the nodes of helper allocation ``helper`` join this job, and the
+        job's settings follow (Slurm's resize script). The nodes that joined ([] when Slurm
+        refused: the job keeps its nodes). The helper, empty or not, is cancelled."""
+        before = set(
+            self.ctx.allocation
+            or self.ctx.slurm.hostnames(self.ctx.env.get("SLURM_JOB_NODELIST", ""))
+        )
+        folder = tempfile.mkdtemp(prefix="hpcjobs-resize-")
+        try:
+            joined = self.ctx.slurm.join(helper, self.ctx.job, folder)
+            settings = resize_settings(os.path.join(folder, f"slurm_job_{self.ctx.job}_resize.sh"))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.ctx.slurm.cancel(helper)
+        if not joined:
+            self.ctx.log(f"Slurm did not add the nodes of job {helper} to job {self.ctx.job}")
+            return []
+        nodes = self.ctx.slurm.hostnames(field(self.ctx.slurm.show_job(self.ctx.job), "NodeList"))
+        ahead = nodes[: nodes.index(self.ctx.batch)] if self.ctx.batch in nodes else []
+        if ahead and not before.issuperset(ahead):
+            # The job's first node must stay its batch host (:meth:`ahead_of_batch_host`).
+            self.ctx.log(f"releasing {' '.join(ahead)}: Slurm orders them before the batch host")
+            nodes = [node for node in nodes if node not in ahead]
+            settings = self.release(nodes)
+        for name, value in settings.items():
+            if value is None:
+                self.ctx.env.pop(name, None)
+            else:
+                self.ctx.env[name] = value
+        return [node for node in nodes if node not in before]
+
     def stays_in_job(self, cause: str, failed: Sequence[str]) -> bool:
         """With spare nodes, after a fault of a node: whether the chain runs again inside this
         job, on its remaining nodes (logged as a requeue, how=in_job). ``failed``: the nodes
@@ -260,6 +292,15 @@ class Nodes:
         """How many nodes the job's partition has (None: unknown)."""
         partition = self.ctx.env.get("SLURM_JOB_PARTITION", "").split(",")[0]
         return self.ctx.slurm.partition_nodes(partition) if partition else None
+
+    def ahead_of_batch_host(self) -> list[str]:
+        """The nodes of the job's partition that Slurm orders before the job's batch host.
+        None of them may join the job: once a job's first node is not its batch host, Slurm
+        (22.05, measured) finds the batch script "missing from batch node" at the batch host's
+        next registration, about a minute later, and ends the job as a node failure."""
+        partition = self.ctx.env.get("SLURM_JOB_PARTITION", "").split(",")[0]
+        hosts = self.ctx.slurm.partition_hosts(partition) if partition else []
+        return hosts[: hosts.index(self.ctx.batch)] if self.ctx.batch in hosts else []
 
     def room(self) -> int | None:
         """How many of the partition's nodes a later job of the chain can do without (None:

@@ -63,6 +63,10 @@ class Policy(NamedTuple):
     min_nodes: int = 0
     #: Elastic size: a run takes a multiple of this many nodes (1: any count).
     node_multiple: int = 1
+    #: Whether Slurm may add nodes to a running job (the site config's ``job_expansion``;
+    #: None: the supervisor asks the controller). A run below its full size that holds no GRES
+    #: then grows in place (:mod:`.expansion`).
+    job_expansion: bool | None = None
 
     @property
     def elastic(self) -> bool:
