@@ -84,9 +84,11 @@ class Slurm:
         return int(total) if total.isdecimal() else None
 
     def partition_hosts(self, partition: str) -> list[str]:
-        """The nodes of ``partition``, in Slurm's order ([] when unknown)."""
-        info = self.run(["scontrol", "show", "partition", partition, "-o"]).out
-        return self.hostnames(field(info, "Nodes"))
+        """The nodes of ``partition`` as ``sinfo -N`` orders them, by name as the node table
+        usually is ([] when unknown; a node listed twice counts once)."""
+        argv = ["sinfo", "-h", "-N", "-p", partition, "-o", "%N"]
+        names = self.run(argv).out.split()
+        return list(dict.fromkeys(names))
 
     def acct_state(self, job: str) -> str:
         """``job``'s final state in accounting (its newest run), or ""."""
@@ -147,11 +149,13 @@ class Slurm:
 
     def join(self, helper: str, job: str, folder: str) -> bool:
         """Give the nodes of ``helper`` (an allocation submitted ``--dependency=expand:<job>``)
-        to ``job`` (job expansion). As :meth:`shrink`, Slurm writes the job's resize script in
-        ``folder``."""
+        to ``job`` (job expansion): False when Slurm refused. As :meth:`shrink`, Slurm writes
+        the job's resize script in ``folder``."""
         if self.run(["scontrol", "update", "jobid=" + helper, "NumNodes=0"], retry=False).rc:
             return False
-        return self.run(["scontrol", "update", "jobid=" + job, "NumNodes=ALL"], cwd=folder).rc == 0
+        # The nodes are the job's now; this only writes the job's new settings.
+        self.run(["scontrol", "update", "jobid=" + job, "NumNodes=ALL"], cwd=folder)
+        return True
 
     def config(self) -> str:
         """``scontrol show config`` ("" when it fails)."""

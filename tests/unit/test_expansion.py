@@ -20,13 +20,21 @@ ARGS = [
 
 
 def test_a_helper_asks_for_the_missing_nodes_with_the_jobs_own_resources() -> None:
-    argv = expansion.helper_args(ARGS, "50", "1", ["n2", "n1"], 40)
+    args = [*ARGS, "--licenses=fluent:2", "--tmp=100G"]
+    argv = expansion.helper_args(args, "50", "batch", "1", ["n2", "n1"], 40)
     assert argv == [
         "--no-shell", "--dependency=expand:50", "--nodes=1", "--time=40", "--time-min=1",
-        "--deadline=now+40minutes", "--job-name=train", "--partition=batch",
+        "--deadline=now+40minutes", "--partition=batch", "--job-name=train",
         "--ntasks-per-node=1", "--cpus-per-task=8", "--account=sandbox", "--qos=normal",
-        "--exclude=n2,n1,n9",
+        "--tmp=100G", "--exclude=n2,n1,n9",
     ]  # fmt: skip
+    # The partition the job runs in, not the list it was submitted to.
+    listed = ["--partition=batch,urgent", "--nodes=2-3"]
+    assert "--partition=urgent" in expansion.helper_args(listed, "50", "urgent", "1", [], 5)
+    assert not any(
+        a.startswith("--partition=batch")
+        for a in expansion.helper_args(listed, "50", "urgent", "1", [], 5)
+    )
 
 
 def test_a_job_that_holds_gres_does_not_grow_in_place() -> None:

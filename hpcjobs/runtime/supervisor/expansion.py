@@ -22,18 +22,20 @@ from hpcjobs.contract.slurmtext import JOB_EXPANSION, field, options
 #: The job's options that a helper allocation repeats (salloc knows them; the others are a
 #: batch job's: output files, signals, requeue, the node count the helper replaces).
 HELPER_OPTIONS = (
-    "--partition=",
     "--account=",
     "--qos=",
     "--reservation=",
     "--ntasks-per-node=",
     "--cpus-per-task=",
+    "--mincpus=",
     "--mem=",
     "--mem-per-cpu=",
-    "--constraint=",
+    "--tmp=",
+    "--sockets-per-node=",
+    "--cores-per-socket=",
     "--threads-per-core=",
+    "--constraint=",
     "--hint=",
-    "--licenses=",
     "--wckey=",
     "--job-name=",
 )
@@ -51,10 +53,16 @@ START_TIMEOUT_S = 60.0
 
 
 def helper_args(
-    sbatch_args: Sequence[str], job: str, size: str, excluded: Sequence[str], minutes: int
+    sbatch_args: Sequence[str],
+    job: str,
+    partition: str,
+    size: str,
+    excluded: Sequence[str],
+    minutes: int,
 ) -> list[str]:
     """salloc's options for a helper allocation that gives ``size`` nodes (``1``, ``1-2``) to
-    running job ``job``: the job's own partition, account, QOS and per-node resources, without
+    running job ``job``, in ``partition`` (the one the job runs in): the job's own account,
+    QOS and per-node resources (not its licenses: the job holds them already), without
     ``excluded`` (and the job's own ``--exclude``), for at most ``minutes``; Slurm removes it
     from the queue once it could no longer run a minute (``--time-min``) before ``job``'s time
     limit (``--deadline``)."""
@@ -72,6 +80,7 @@ def helper_args(
         f"--time={max(minutes, 1)}",
         "--time-min=1",
         f"--deadline=now+{max(minutes, 1)}minutes",
+        *([f"--partition={partition}"] if partition else []),
         *kept,
     ]
     if exclude:
@@ -127,7 +136,9 @@ class Helper:
         helper._known.wait(timeout)
         if not helper.job:
             if proc.poll() is None:
-                proc.kill()
+                proc.terminate()  # salloc revokes a request it already made
+                if not helper._done.wait(5):
+                    proc.kill()
             helper._done.wait(5)
             raise RuntimeError(" ".join(helper.said[-3:]) or "salloc printed no job id")
         return helper

@@ -49,16 +49,19 @@ class Growth:
         self.lock = threading.Lock()
         #: Why this job cannot grow in place ("" it can; None: not asked yet).
         self._no_expansion: str | None = None
+        #: Set while a grower is being submitted (by either thread).
+        self.submitting = False
 
     def expansion_refused(self) -> str:
         """Why this job's runs cannot grow in place ("" when they can): asked once per job
         (the site config, the job's GRES, the controller's SchedulerParameters)."""
         if self._no_expansion is None:
+            info = self.ctx.slurm.show_job(self.ctx.job)
+            if not info:  # Slurm did not answer: move this time, ask again next time
+                return "Slurm did not show this job"
             site = self.ctx.policy.job_expansion
             config = self.ctx.slurm.config() if site is None else ""
-            self._no_expansion = expansion.why_not(
-                site, config, self.ctx.slurm.show_job(self.ctx.job)
-            )
+            self._no_expansion = expansion.why_not(site, config, info)
         return self._no_expansion
 
     def close_watch(self, phase: str) -> GrowWatch | None:
@@ -77,8 +80,17 @@ class Growth:
         it (:mod:`.grow`). Not for array tasks, nor for a job submitted --no-requeue, nor with
         too little time left for the move to pay off. May run in the grow watch's thread: a
         grower submitted once the run is finishing is cancelled at once."""
-        if self.grower or self.ctx.task or not self.ctx.policy.standby:
-            return
+        with self.lock:
+            if self.grower or self.submitting or self.ctx.task or not self.ctx.policy.standby:
+                return
+            self.submitting = True  # the watch's thread and the main thread never both submit
+        try:
+            self._submit()
+        finally:
+            self.submitting = False
+
+    def _submit(self) -> None:
+        """:meth:`submit`, once it is this thread's to do."""
         older = self.ctx.chain.grower_for(self.ctx.self_id)
         if older:  # a run of this job before Slurm requeued it left one, or it is gone
             self.ctx.slurm.cancel(older)
@@ -111,7 +123,10 @@ class Growth:
                 self.ctx.log(f"no longer excluding {' '.join(released)}: a larger run needs them")
         helper: Helper | None = None
         if not self.expansion_refused():
-            size = f"{low - run}-{high - run}" if low < high else str(high - run)
+            # What the job misses (it may hold more nodes than the run: a node multiple).
+            held = max(len(self.ctx.allocation), run)
+            few, most = max(low - held, 1), max(high - held, 1)
+            size = f"{few}-{most}" if few < most else str(most)
             try:
                 helper = self.start_helper(size, excluded)
             except RuntimeError as exc:
@@ -165,8 +180,14 @@ class Growth:
         mine += [node for node in self.run.nodes.ahead_of_batch_host() if node not in mine]
         left = self.ctx.time_left()
         minutes = (left // 60) if left is not None else 0
+        partition = self.ctx.env.get("SLURM_JOB_PARTITION", "").split(",")[0]
         argv = expansion.helper_args(
-            self.ctx.policy.sbatch_args, self.ctx.job, size, [*excluded, *mine], minutes or 1
+            self.ctx.policy.sbatch_args,
+            self.ctx.job,
+            partition,
+            size,
+            [*excluded, *mine],
+            minutes or 1,
         )
         if left is None:
             argv = [a for a in argv if not a.startswith(("--time=", "--time-min=", "--deadline="))]
@@ -293,11 +314,15 @@ class Growth:
         runs again inside it, on the larger set ("again"); when Slurm refused, on the nodes it
         had, and later growers move instead of joining. "handed" when too little time is left
         and the chain continues in another job."""
-        helper, self.grower, self.helper = self.grower, "", None
+        helper = self.grower
         self.run.agents.stop()
-        joined = self.run.nodes.join(helper)
-        if not joined:
+        try:
+            joined = self.run.nodes.join(helper)
+        finally:
+            self.grower, self.helper = "", None
+        if joined is None:
             self._no_expansion = f"Slurm did not add the nodes of job {helper} to this job"
+            joined = []
         if not self.ctx.time_short() and self.run.nodes.take():
             nodes = ",".join(self.ctx.run_nodes)
             how = f"{','.join(joined)} joined from job {helper}" if joined else "none joined"

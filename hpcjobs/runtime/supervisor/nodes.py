@@ -157,31 +157,38 @@ class Nodes:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def join(self, helper: str) -> list[str]:
+    def join(self, helper: str) -> list[str] | None:
         """Job expansion: the nodes of helper allocation ``helper`` join this job, and the
-        job's settings follow (Slurm's resize script). The nodes that joined ([] when Slurm
-        refused: the job keeps its nodes). The helper, empty or not, is cancelled."""
+        job's settings follow (Slurm's resize script). The nodes that joined; None when Slurm
+        refused them (the job keeps its nodes). The helper, empty or not, is cancelled, even
+        when this fails."""
         before = set(
             self.ctx.allocation
             or self.ctx.slurm.hostnames(self.ctx.env.get("SLURM_JOB_NODELIST", ""))
         )
-        folder = tempfile.mkdtemp(prefix="hpcjobs-resize-")
+        settings: dict[str, str | None] = {}
         try:
-            joined = self.ctx.slurm.join(helper, self.ctx.job, folder)
-            settings = resize_settings(os.path.join(folder, f"slurm_job_{self.ctx.job}_resize.sh"))
+            # As before a shrink: a step still ending while the job changes size may never end.
+            self.steps_ended()
+            folder = tempfile.mkdtemp(prefix="hpcjobs-resize-")
+            try:
+                merged = self.ctx.slurm.join(helper, self.ctx.job, folder)
+                resize = os.path.join(folder, f"slurm_job_{self.ctx.job}_resize.sh")
+                settings = resize_settings(resize)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
-        self.ctx.slurm.cancel(helper)
-        if not joined:
+            self.ctx.slurm.cancel(helper)
+        if not merged:
             self.ctx.log(f"Slurm did not add the nodes of job {helper} to job {self.ctx.job}")
-            return []
+            return None
         nodes = self.ctx.slurm.hostnames(field(self.ctx.slurm.show_job(self.ctx.job), "NodeList"))
         ahead = nodes[: nodes.index(self.ctx.batch)] if self.ctx.batch in nodes else []
         if ahead and not before.issuperset(ahead):
             # The job's first node must stay its batch host (:meth:`ahead_of_batch_host`).
             self.ctx.log(f"releasing {' '.join(ahead)}: Slurm orders them before the batch host")
             nodes = [node for node in nodes if node not in ahead]
-            settings = self.release(nodes)
+            settings.update(self.release(nodes))
         for name, value in settings.items():
             if value is None:
                 self.ctx.env.pop(name, None)
