@@ -566,6 +566,11 @@ def _print_interruptions(item: dict[str, Any], price: dict[str, Any] | None) -> 
             f"  with one spare node: {outcome(what_if['one_spare_node'])} (at best: as if every "
             "interruption were recovered inside the job, without a queue wait)"
         )
+    click.echo(
+        "  an elastic size (-N MIN-MAX) instead: runs on after a lost node without a queue wait; "
+        "grows back by moving to a larger job once the nodes are free beside it (Slurm adds no "
+        'nodes to a running GPU job: docs/requeue.md, "Growing back")'
+    )
     shorter = faults["checkpoint_interval_h"] * 60 / 3
     click.echo(
         f"  checkpointing every {shorter:.3g} min: "

@@ -192,6 +192,8 @@ def test_the_plan_counts_interruptions_and_what_spares_or_checkpoints_change() -
     assert shorter["per_interruption_h"] == pytest.approx(5 / 60 + 5 / 60 + 10 / 60)
     text = plan(*LLAMA_SHAPE, "--nodes", "64", "--layout", "tp=8,pp=4,mb=1,sp=on").output
     assert "Interruptions: one per 15.8 h at this size" in text and "with one spare node" in text
+    # Which way a GPU run that shrank grows back on this site.
+    assert "grows back by moving to a larger job once the nodes are free beside it" in text
 
 
 def test_interruption_flags_are_checked_and_a_run_that_never_ends_is_said() -> None:
