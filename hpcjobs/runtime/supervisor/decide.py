@@ -197,6 +197,11 @@ def grower_size(run: int, full: int, spares: int, multiple: int = 1) -> tuple[in
     return min(run + max(multiple, 1), full + spares), full + spares
 
 
+def node_count(fewest: int, most: int) -> str:
+    """A node count as sbatch and salloc take it (``--nodes=``): ``3``, or the range ``3-4``."""
+    return f"{fewest}-{most}" if fewest < most else str(most)
+
+
 def sized_launch(argv: Sequence[str], full: int, nodes: int) -> list[str] | None:
     """The launch command for a run on ``nodes`` nodes, its ``launch`` block written for
     ``full``: srun's ``--nodes=<full>`` among srun's own options (before its first word that is

@@ -102,7 +102,7 @@ class Growth:
         low, high = decide.grower_size(
             run, self.ctx.policy.nodes, self.ctx.policy.spare_nodes, self.ctx.policy.node_multiple
         )
-        size = f"{low}-{high}" if low < high else str(high)
+        size = decide.node_count(low, high)
         # The chain's exclusions, the newest kept, as far as the grower still fits the
         # partition (a node that failed may be the one that has to come back).
         excluded = self.ctx.chain.excluded()
@@ -122,17 +122,17 @@ class Growth:
                 )
                 self.ctx.log(f"no longer excluding {' '.join(released)}: a larger run needs them")
         helper: Helper | None = None
-        if not self.expansion_refused():
+        refused = self.expansion_refused()
+        if not refused:
             # What the job misses (it may hold more nodes than the run: a node multiple).
             held = max(len(self.ctx.allocation), run)
-            few, most = max(low - held, 1), max(high - held, 1)
-            size = f"{few}-{most}" if few < most else str(most)
+            missing = decide.node_count(max(low - held, 1), max(high - held, 1))
             try:
-                helper = self.start_helper(size, excluded)
+                helper = self.start_helper(missing, excluded)
+                size = missing
             except RuntimeError as exc:
-                self._no_expansion = f"Slurm refused the helper allocation ({exc})"
+                refused = self._no_expansion = f"Slurm refused the helper allocation ({exc})"
                 self.ctx.log(f"could not ask Slurm for nodes to join this job ({exc}); moving")
-                size = f"{low}-{high}" if low < high else str(high)
         if helper is not None:
             new = helper.job
         else:
@@ -156,7 +156,7 @@ class Growth:
             size=size,
             joins=joins,
         )
-        how = " more, to join this job" if joins else f" beside it ({self.expansion_refused()})"
+        how = " more, to join this job" if joins else f" beside it ({refused})"
         self.ctx.log(
             f"running on {run} of {self.ctx.policy.nodes} nodes; job {new} waits for {size}{how}"
         )
@@ -180,11 +180,10 @@ class Growth:
         mine += [node for node in self.run.nodes.ahead_of_batch_host() if node not in mine]
         left = self.ctx.time_left()
         minutes = (left // 60) if left is not None else 0
-        partition = self.ctx.env.get("SLURM_JOB_PARTITION", "").split(",")[0]
         argv = expansion.helper_args(
             self.ctx.policy.sbatch_args,
             self.ctx.job,
-            partition,
+            self.run.nodes.partition(),
             size,
             [*excluded, *mine],
             minutes or 1,
@@ -280,20 +279,7 @@ class Growth:
             self.grower = ""
             short = self.ctx.time_short()
             self.run.agents.stop()
-            if not short and self.run.nodes.take():
-                self.ctx.event(
-                    "requeue",
-                    GROW,
-                    f"continued in job {self.ctx.self_id} on {','.join(self.ctx.run_nodes)} "
-                    f"(grower {grower} gone)",
-                    how=IN_JOB,
-                    stopped_run=self.ctx.restart,
-                    **self.ctx.position(),
-                )
-                self.ctx.log("running again in this job, from the last checkpoint")
-                return "again"
-            self.run.continuation.continue_chain(GROW)
-            return "handed"
+            return self.run_again(short, f"grower {grower} gone")
         self.ctx.event(
             "handoff",
             GROW,
@@ -323,15 +309,25 @@ class Growth:
         if joined is None:
             self._no_expansion = f"Slurm did not add the nodes of job {helper} to this job"
             joined = []
-        if not self.ctx.time_short() and self.run.nodes.take():
+        why = f"{','.join(joined)} joined from job {helper}" if joined else "none joined"
+        return self.run_again(self.ctx.time_short(), why, joined)
+
+    def run_again(self, short: bool, why: str, joined: list[str] | None = None) -> str:
+        """After a growth or a move that fell through, the run's agents stopped: the chain runs
+        again inside this job, on the nodes :meth:`.nodes.Nodes.take` chooses ("again", a
+        ``requeue`` of cause grow saying ``why``, and which nodes ``joined`` after a growth in
+        place), unless the job has too little time left (``short``) or too few nodes: then it
+        continues in another job ("handed")."""
+        grown = {} if joined is None else {"joined": joined}
+        if not short and self.run.nodes.take():
             nodes = ",".join(self.ctx.run_nodes)
-            how = f"{','.join(joined)} joined from job {helper}" if joined else "none joined"
             self.ctx.event(
                 "requeue",
                 GROW,
-                f"continued in job {self.ctx.self_id} on {nodes} ({how})",
+                f"continued in job {self.ctx.self_id} on {nodes} ({why})",
+                None,
                 how=IN_JOB,
-                joined=joined,
+                **grown,
                 stopped_run=self.ctx.restart,
                 **self.ctx.position(),
             )

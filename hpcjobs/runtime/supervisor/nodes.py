@@ -110,11 +110,7 @@ class Nodes:
             nodes, count = ",".join(keep), str(len(keep))
             settings.update(SLURM_JOB_NODELIST=nodes, SLURM_NODELIST=nodes)
             settings.update(SLURM_JOB_NUM_NODES=count, SLURM_NNODES=count)
-            for name, value in settings.items():
-                if value is None:
-                    self.ctx.env.pop(name, None)
-                else:
-                    self.ctx.env[name] = value
+            self.apply(settings)
         self.ctx.allocation, self.ctx.run_nodes = keep, step
         return True
 
@@ -189,12 +185,17 @@ class Nodes:
             self.ctx.log(f"releasing {' '.join(ahead)}: Slurm orders them before the batch host")
             nodes = [node for node in nodes if node not in ahead]
             settings.update(self.release(nodes))
+        self.apply(settings)
+        return [node for node in nodes if node not in before]
+
+    def apply(self, settings: dict[str, str | None]) -> None:
+        """The job's SLURM_* ``settings`` (a resize script's; None: unset) in the environment
+        of its next steps."""
         for name, value in settings.items():
             if value is None:
                 self.ctx.env.pop(name, None)
             else:
                 self.ctx.env[name] = value
-        return [node for node in nodes if node not in before]
 
     def stays_in_job(self, cause: str, failed: Sequence[str]) -> bool:
         """With spare nodes, after a fault of a node: whether the chain runs again inside this
@@ -295,9 +296,13 @@ class Nodes:
                 seen.append(node)
         return seen
 
+    def partition(self) -> str:
+        """The partition the job runs in ("" when Slurm did not say)."""
+        return self.ctx.env.get("SLURM_JOB_PARTITION", "").split(",")[0]
+
     def partition_nodes(self) -> int | None:
         """How many nodes the job's partition has (None: unknown)."""
-        partition = self.ctx.env.get("SLURM_JOB_PARTITION", "").split(",")[0]
+        partition = self.partition()
         return self.ctx.slurm.partition_nodes(partition) if partition else None
 
     def ahead_of_batch_host(self) -> list[str]:
@@ -305,7 +310,7 @@ class Nodes:
         None of them may join the job: once a job's first node is not its batch host, Slurm
         (22.05, measured) finds the batch script "missing from batch node" at the batch host's
         next registration, about a minute later, and ends the job as a node failure."""
-        partition = self.ctx.env.get("SLURM_JOB_PARTITION", "").split(",")[0]
+        partition = self.partition()
         hosts = self.ctx.slurm.partition_hosts(partition) if partition else []
         return hosts[: hosts.index(self.ctx.batch)] if self.ctx.batch in hosts else []
 
