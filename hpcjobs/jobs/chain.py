@@ -220,10 +220,13 @@ class ChainRef:
         grower = self.chain.grower_for(self.current)
         if not grower or self.chain.continued_as(grower):
             return None
-        found = [e for e in self.chain.events if e.event == "grower" and e.text("grower") == grower]
-        if not found:
-            return grower, "", False
-        return grower, found[-1].text("size"), found[-1].data.get("joins") is True
+        events = self.chain.events
+        at = max(
+            i for i, e in enumerate(events) if e.event == "grower" and e.text("grower") == grower
+        )
+        if any(e.event == "start" and e.job_id == self.current for e in events[at:]):
+            return None  # an earlier run's: the job runs again since (its nodes joined it)
+        return grower, events[at].text("size"), events[at].data.get("joins") is True
 
 
 def chain_path(output_dir: str, root: str) -> str:

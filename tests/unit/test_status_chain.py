@@ -204,6 +204,22 @@ def test_status_says_a_chain_waits_for_nodes_to_join_it(
     )
 
 
+def test_a_grower_whose_nodes_joined_the_job_is_neither_said_nor_asked_for(
+    slurm: SlurmAndFiles, tmp_path: Path
+) -> None:
+    log = _chain(tmp_path, "50")
+    _growing(tmp_path, joins=True)
+    with log.open("a") as out:
+        out.write(_ev("50", "requeue", "grow", how="in_job", joined=["n4"]) + _ev("50", "start"))
+    rows = _line("50", "RUNNING", nodes="n1")
+    slurm.add("squeue", ok(rows))
+    result = CliRunner().invoke(cli, ["status", "50"])
+    assert result.exit_code == 0, result.output
+    assert [row.split()[0] for row in result.stdout.splitlines()[1:]] == ["50"]
+    (squeue,) = [call for call in slurm.calls if call[0] == "squeue"]
+    assert "53" not in " ".join(squeue) and not [c for c in slurm.calls if c[0] == "sacct"]
+
+
 def test_a_grower_that_runs_is_the_chains_next_job_and_shown(
     slurm: SlurmAndFiles, tmp_path: Path
 ) -> None:
